@@ -1,0 +1,164 @@
+#include "agent/child_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+
+namespace muster {
+namespace {
+
+absl::Status MakePipe(UniqueFd* read_end, UniqueFd* write_end) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
+  read_end->reset(fds[0]);
+  write_end->reset(fds[1]);
+  return absl::OkStatus();
+}
+
+// Writes all of `size` bytes; async-signal-safe.
+void WriteAll(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// Runs in the child between fork and exec: only async-signal-safe calls.
+[[noreturn]] void ExecChild(pid_t parent, int out_fd, int err_fd, int report_fd,
+                            const char* path, char* const argv[], char* const envp[]) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);  // the agent died before the line above
+  if (out_fd >= 0 && dup2(out_fd, STDOUT_FILENO) < 0) _exit(127);
+  if (err_fd >= 0 && dup2(err_fd, STDERR_FILENO) < 0) _exit(127);
+  // The agent ignores SIGPIPE and blocks the signals it handles; a worker
+  // starts with neither.
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execve(path, argv, envp);
+  const int error = errno;
+  WriteAll(report_fd, &error, sizeof(error));
+  _exit(127);
+}
+
+}  // namespace
+
+ExitStatus DecodeWaitStatus(int wait_status) {
+  ExitStatus status;
+  if (WIFEXITED(wait_status)) status.exit_code = WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) status.signal = WTERMSIG(wait_status);
+  return status;
+}
+
+absl::StatusOr<std::string> ResolveExecutable(const std::string& name, const std::string& path_env) {
+  auto check = [](const std::string& path) -> absl::Status {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, path);
+    if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, " is a directory"));
+    if (access(path.c_str(), X_OK) != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(path, " is not executable (chmod +x it, or run it through python without --no-python)"));
+    }
+    return absl::OkStatus();
+  };
+  if (name.empty()) return absl::InvalidArgumentError("empty program name");
+  if (name.find('/') != std::string::npos) {
+    MUSTER_RETURN_IF_ERROR(check(name));
+    return name;
+  }
+  absl::Status first_error = absl::NotFoundError(
+      absl::StrCat(name, ": not found in PATH (give a path like ./", name, ")"));
+  for (absl::string_view dir : absl::StrSplit(path_env, ':', absl::SkipEmpty())) {
+    std::string candidate = absl::StrCat(dir, "/", name);
+    absl::Status status = check(candidate);
+    if (status.ok()) return candidate;
+    if (absl::IsPermissionDenied(status) && absl::IsNotFound(first_error)) first_error = status;
+  }
+  return first_error;
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOptions& options) {
+  if (options.argv.empty()) return absl::InvalidArgumentError("no command to run");
+  // Everything the child needs is built before fork: after it, no allocation.
+  std::vector<char*> argv;
+  for (const std::string& arg : options.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const std::string& entry : options.env) envp.push_back(const_cast<char*>(entry.c_str()));
+  envp.push_back(nullptr);
+
+  std::unique_ptr<ChildProcess> child(new ChildProcess());
+  UniqueFd out_write, err_write, report_read, report_write;
+  if (options.capture_output) {
+    MUSTER_RETURN_IF_ERROR(MakePipe(&child->stdout_, &out_write));
+    MUSTER_RETURN_IF_ERROR(MakePipe(&child->stderr_, &err_write));
+  }
+  MUSTER_RETURN_IF_ERROR(MakePipe(&report_read, &report_write));
+
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return ErrnoToStatus(errno, "fork");
+  if (pid == 0) {
+    ExecChild(parent, out_write.get(), err_write.get(), report_write.get(),
+              options.path.empty() ? argv[0] : options.path.c_str(), argv.data(), envp.data());
+  }
+  child->pid_ = pid;
+  setpgid(pid, pid);  // also here, so a signal sent right after Spawn reaches the group
+  out_write.reset();
+  err_write.reset();
+  report_write.reset();
+  for (UniqueFd* fd : {&child->stdout_, &child->stderr_}) {
+    if (fd->valid()) fcntl(fd->get(), F_SETFL, fcntl(fd->get(), F_GETFL) | O_NONBLOCK);
+  }
+
+  // The report pipe closes on a successful exec; otherwise it carries errno.
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = read(report_read.get(), &exec_errno, sizeof(exec_errno));
+  } while (n < 0 && errno == EINTR);
+  if (n == sizeof(exec_errno)) {
+    int wait_status;
+    while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+    }
+    child->exited_ = true;
+    return ErrnoToStatus(exec_errno, absl::StrCat("cannot run ", options.path.empty() ? options.argv[0] : options.path));
+  }
+  return child;
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ <= 0 || exited_) return;
+  SignalGroup(SIGKILL);
+  int wait_status;
+  while (waitpid(pid_, &wait_status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+void ChildProcess::MarkExited(ExitStatus status) {
+  exited_ = true;
+  exit_status_ = status;
+}
+
+void ChildProcess::SignalGroup(int sig) const {
+  if (pid_ > 0) kill(-pid_, sig);
+}
+
+}  // namespace muster

@@ -1,0 +1,76 @@
+// A worker process, started the way a supervisor must start it: its own
+// process group (so a Ctrl-C to the terminal reaches the agent, not the
+// workers directly), PR_SET_PDEATHSIG so it dies with the agent, stdout and
+// stderr on pipes, and a clean signal mask.
+#ifndef MUSTER_AGENT_CHILD_PROCESS_H_
+#define MUSTER_AGENT_CHILD_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/unique_fd.h"
+
+namespace muster {
+
+struct ExitStatus {
+  int exit_code = 0;  // when it exited
+  int signal = 0;     // non-zero when a signal ended it
+  bool success() const { return exit_code == 0 && signal == 0; }
+};
+
+// Decodes a status from waitpid().
+ExitStatus DecodeWaitStatus(int wait_status);
+
+// Finds `name` the way execvp would: as given when it has a '/', else in the
+// directories of `path_env` (a PATH value). Errors name the file and say why.
+absl::StatusOr<std::string> ResolveExecutable(const std::string& name, const std::string& path_env);
+
+struct SpawnOptions {
+  std::string path;               // the program to exec; empty: argv[0] (see ResolveExecutable)
+  std::vector<std::string> argv;
+  std::vector<std::string> env;   // KEY=VALUE
+  bool capture_output = true;     // stdout and stderr to pipes, else inherited
+};
+
+class ChildProcess {
+ public:
+  // Forks and execs. Call from the thread that lives as long as the agent:
+  // PR_SET_PDEATHSIG fires when the forking *thread* exits. REQUIRES: the
+  // caller blocks the signals it handles; the child unblocks them all.
+  // Errors: the exec's errno, e.g. kPermissionDenied for a file that is not executable.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const SpawnOptions& options);
+
+  // A child still running is killed (its whole group) and reaped.
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool exited() const { return exited_; }
+  const ExitStatus& exit_status() const { return exit_status_; }
+  // Records the exit a waitpid() elsewhere (the agent's reaper) collected.
+  void MarkExited(ExitStatus status);
+
+  // Sends `sig` to the child's process group; ESRCH (already gone) is fine.
+  void SignalGroup(int sig) const;
+
+  // Read ends of the output pipes, non-blocking, close-on-exec; invalid once taken.
+  UniqueFd TakeStdout() { return std::move(stdout_); }
+  UniqueFd TakeStderr() { return std::move(stderr_); }
+
+ private:
+  ChildProcess() = default;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  ExitStatus exit_status_;
+  UniqueFd stdout_;
+  UniqueFd stderr_;
+};
+
+}  // namespace muster
+
+#endif  // MUSTER_AGENT_CHILD_PROCESS_H_

@@ -1,0 +1,87 @@
+// The launch configuration: everything muster's command line (and the PET_*
+// environment) can say, after parsing and validation. Pure data.
+#ifndef MUSTER_AGENT_CONFIG_H_
+#define MUSTER_AGENT_CONFIG_H_
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace muster {
+
+// How --nproc-per-node was given. kCount uses LaunchConfig::nproc_per_node.
+enum class NprocKind { kCount, kGpu, kCpu, kAuto };
+
+// What -r/-t ask for, per stream. Values 0..3 as torchrun: 1 stdout, 2 stderr, 3 both.
+struct StdRedirect {
+  bool out = false;
+  bool err = false;
+};
+
+// -r / -t: one value for every local rank, or per local rank ("0:1,1:2").
+// A local rank not named in a per-rank map gets nothing redirected.
+struct RedirectSpec {
+  std::optional<StdRedirect> all;
+  std::map<int, StdRedirect> per_rank;
+
+  StdRedirect For(int local_rank) const {
+    if (all) return *all;
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? StdRedirect{} : it->second;
+  }
+};
+
+enum class RdzvBackend { kStatic, kMuster };  // c10d is an alias of kMuster.
+
+// The --rdzv-conf keys muster understands, with torchrun's defaults.
+struct RdzvConf {
+  std::chrono::milliseconds join_timeout{600'000};
+  std::chrono::milliseconds last_call_timeout{30'000};
+  std::chrono::milliseconds close_timeout{30'000};
+  std::chrono::milliseconds heartbeat_timeout{30'000};
+  std::chrono::milliseconds keep_alive_interval{5'000};
+  int keep_alive_max_attempt = 3;
+  std::chrono::milliseconds read_timeout{60'000};
+  std::optional<bool> is_host;
+};
+
+struct LaunchConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  NprocKind nproc_kind = NprocKind::kCount;
+  int nproc_per_node = 1;  // meaningful when nproc_kind == kCount
+
+  RdzvBackend rdzv_backend = RdzvBackend::kStatic;
+  std::string rdzv_endpoint;  // "" or host[:port]; IPv6 in brackets
+  std::string rdzv_id = "none";
+  RdzvConf rdzv_conf;
+  bool standalone = false;
+
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;  // accepted; unused
+  std::string start_method = "spawn";  // accepted; unused
+  std::string role = "default";
+  bool module = false;     // -m
+  bool no_python = false;  // --no-python
+  bool run_path = false;   // accepted
+  std::string log_dir;     // "" = a fresh temporary directory
+  RedirectSpec redirects;
+  RedirectSpec tee;
+  std::optional<std::set<int>> local_ranks_filter;  // unset = every rank
+  int node_rank = 0;
+  bool node_rank_given = false;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string local_addr;  // "" = this host's name
+  std::chrono::milliseconds shutdown_grace{30'000};
+
+  std::string script;                    // SCRIPT (or module name with -m)
+  std::vector<std::string> script_args;  // everything after SCRIPT, untouched
+};
+
+}  // namespace muster
+
+#endif  // MUSTER_AGENT_CONFIG_H_

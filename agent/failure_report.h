@@ -1,0 +1,53 @@
+// The failure table printed at the end of a failed run: which worker failed first, and how.
+#ifndef MUSTER_AGENT_FAILURE_REPORT_H_
+#define MUSTER_AGENT_FAILURE_REPORT_H_
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "agent/error_file.h"
+
+namespace muster {
+
+// One worker that did not exit 0.
+struct WorkerFailure {
+  int rank = -1;
+  int local_rank = -1;
+  std::string host;
+  int pid = 0;
+  int exit_code = 0;  // Meaningful when signal == 0 (the worker exited).
+  int signal = 0;     // Non-zero when the worker was killed by this signal.
+  absl::Time time;    // When the agent saw the worker die.
+  std::string error_file;            // TORCHELASTIC_ERROR_FILE given to the worker; may be empty.
+  std::optional<WorkerError> error;  // What that file said, if the worker wrote it.
+};
+
+// "SIGSEGV"; "SIGRTMIN+3" for real-time signals; "signal 99" for a number that names no signal.
+std::string SignalName(int sig);
+
+// "exit code 1", or "Signal 11 (SIGSEGV)" as torchrun words it.
+std::string DescribeExit(const WorkerFailure& failure);
+
+// The index of the root cause: the failure that happened first. A failure happened at its error
+// file's timestamp if it has one (the worker's own account), else when the agent saw it die.
+// Times are compared in whole seconds, the precision PyTorch writes; within the same second the
+// one the agent saw die first wins, then the earlier index. failures.size() if failures is empty.
+size_t RootCauseIndex(const std::vector<WorkerFailure>& failures);
+
+// The report of a failed run, in torchrun's frame ("<script> FAILED", "Failures:",
+// "Root Cause (first observed failure):", rules of '=' and '-') with the failures as a table, one
+// row each, root cause first and marked '*', the others in the order they failed:
+//   rank (local_rank), host, pid, exit, time the agent saw it die (UTC, ISO 8601, ms), and the first
+//   line of the error file's message, or a hint to use @record when there is none.
+// Below the table: the root cause's error file path, full message and traceback.
+// attempts: how many times the worker group was started (restarts + 1). Ends with '\n'.
+std::string FormatFailureReport(std::string_view script, int attempts,
+                                const std::vector<WorkerFailure>& failures);
+
+}  // namespace muster
+
+#endif  // MUSTER_AGENT_FAILURE_REPORT_H_

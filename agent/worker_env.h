@@ -1,0 +1,47 @@
+// What each worker is started with: its command line and its environment,
+// computed from the launch configuration and the round's assignment. Pure.
+#ifndef MUSTER_AGENT_WORKER_ENV_H_
+#define MUSTER_AGENT_WORKER_ENV_H_
+
+#include <string>
+#include <vector>
+
+#include "agent/config.h"
+
+namespace muster {
+
+// One node's place in a round, as the rendezvous assigned it.
+struct NodePlacement {
+  int group_rank = 0;
+  int group_world_size = 1;
+  int rank_base = 0;  // RANK of LOCAL_RANK 0
+  int world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+};
+
+struct WorkerIdentity {
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string run_id;
+  std::string role;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
+};
+
+// `python -u SCRIPT args`, `python -u -m MODULE args`, or `SCRIPT args` with
+// --no-python; "${local_rank}" in args becomes the worker's local rank.
+std::vector<std::string> WorkerCommand(const LaunchConfig& config, const std::string& python,
+                                       int local_rank);
+
+// `base` (KEY=VALUE entries, the agent's environment) with torchrun's worker
+// variables set on top (TORCHRUN.md, "Environment of each worker").
+// OMP_NUM_THREADS=1 is added when unset and local_world_size > 1.
+std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
+                                           const NodePlacement& placement,
+                                           const WorkerIdentity& worker);
+
+}  // namespace muster
+
+#endif  // MUSTER_AGENT_WORKER_ENV_H_

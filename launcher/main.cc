@@ -1,0 +1,229 @@
+// muster: the launcher and node agent. Parses torchrun's command line, checks
+// what can be checked before anything starts, sets up the rendezvous (embedded
+// when this node hosts it) and runs the agent.
+#include <sched.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "agent/agent.h"
+#include "agent/child_process.h"
+#include "common/log.h"
+#include "launcher/nproc.h"
+#include "launcher/options.h"
+#include "rendezvous/service.h"
+
+namespace muster {
+namespace {
+
+constexpr int kDefaultRdzvPort = 29400;
+
+std::optional<std::string> GetEnv(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+int UsageError(absl::string_view message) {
+  std::fprintf(stderr, "muster: error: %.*s\n", static_cast<int>(message.size()), message.data());
+  return kExitUsage;
+}
+
+int UsableCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+std::string HostName() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+bool IsElfFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  char magic[4] = {};
+  return file.read(magic, 4) && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' &&
+         magic[3] == 'F';
+}
+
+struct Endpoint {
+  std::string host;
+  int port = kDefaultRdzvPort;
+};
+
+// "host", "host:port", "[v6]", "[v6]:port". The shape was checked by the parser.
+Endpoint ParseEndpoint(const std::string& text) {
+  Endpoint endpoint;
+  std::string rest = text;
+  if (!rest.empty() && rest.front() == '[') {
+    size_t close = rest.find(']');
+    endpoint.host = rest.substr(1, close - 1);
+    rest = rest.substr(close + 1);
+    if (absl::StartsWith(rest, ":")) absl::SimpleAtoi(rest.substr(1), &endpoint.port);
+    return endpoint;
+  }
+  size_t colon = rest.rfind(':');
+  if (colon != std::string::npos && rest.find(':') == colon) {
+    endpoint.host = rest.substr(0, colon);
+    absl::SimpleAtoi(rest.substr(colon + 1), &endpoint.port);
+  } else {
+    endpoint.host = rest;
+  }
+  return endpoint;
+}
+
+std::string JoinHostPort(const std::string& host, int port) {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
+                                             : absl::StrCat(host, ":", port);
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  absl::StatusOr<ParsedCommandLine> parsed = ParseCommandLine(args, GetEnv);
+  if (!parsed.ok()) return UsageError(parsed.status().message());
+  if (parsed->help) {
+    std::fputs(parsed->help->c_str(), stdout);
+    return kExitSuccess;
+  }
+  if (parsed->version) {
+    std::printf("muster %s\n", MUSTER_VERSION);
+    return kExitSuccess;
+  }
+  const std::optional<std::string> log_level = GetEnv("MUSTER_LOG_LEVEL");
+  if (log_level) SetLogLevel(spdlog::level::from_str(*log_level));
+  for (const std::string& warning : parsed->warnings) {
+    std::fprintf(stderr, "muster: warning: %s\n", warning.c_str());
+  }
+  LaunchConfig config = std::move(parsed->config);
+
+  const int gpus = CountVisibleGpus(GetEnv("CUDA_VISIBLE_DEVICES"));
+  absl::StatusOr<int> nproc =
+      ResolveNproc(config.nproc_kind, config.nproc_per_node, gpus, UsableCpus());
+  if (!nproc.ok()) return UsageError(nproc.status().message());
+
+  const std::string path = GetEnv("PATH").value_or("/usr/bin:/bin");
+  std::string program;
+  if (!config.module) {
+    if (config.no_python) {
+      absl::StatusOr<std::string> resolved = ResolveExecutable(config.script, path);
+      if (!resolved.ok()) return UsageError(resolved.status().message());
+      program = *resolved;
+    } else if (access(config.script.c_str(), F_OK) != 0) {
+      return UsageError(absl::StrCat(config.script,
+                                     ": no such file; give the path of a Python script, -m "
+                                     "MODULE, or --no-python PROGRAM"));
+    } else if (IsElfFile(config.script)) {
+      // A native program cannot run under python: run it directly.
+      if (access(config.script.c_str(), X_OK) != 0) {
+        return UsageError(absl::StrCat(config.script, " is a native program but not executable; chmod +x it"));
+      }
+      config.no_python = true;
+      program = config.script;
+    }
+  }
+  if (!config.no_python) {
+    const std::string wanted = GetEnv("PYTHON_EXEC").value_or("python3");
+    absl::StatusOr<std::string> resolved = ResolveExecutable(wanted, path);
+    if (!resolved.ok()) {
+      return UsageError(absl::StrCat("cannot run the Python interpreter: ", resolved.status().message(),
+                                     "; set PYTHON_EXEC to its path"));
+    }
+    program = *resolved;
+  }
+  const bool static_backend = config.rdzv_backend == RdzvBackend::kStatic && !config.standalone;
+  if (static_backend && config.min_nodes != config.max_nodes) {
+    return UsageError(absl::StrCat("--nnodes ", config.min_nodes, ":", config.max_nodes,
+                                   " needs a rendezvous; the static backend runs a fixed number "
+                                   "of nodes: give --nnodes N, or --rdzv-backend c10d"));
+  }
+  if (*nproc > 1 && !GetEnv("OMP_NUM_THREADS")) {
+    std::fprintf(stderr,
+                 "muster: setting OMP_NUM_THREADS=1 for each worker (it was unset); set it "
+                 "yourself to tune CPU threads\n");
+  }
+
+  // From here on other threads exist (gRPC's): block the signals the agent reads first.
+  BlockAgentSignals();
+
+  std::unique_ptr<rdzv::RendezvousServer> server;
+  std::string target;
+  if (config.standalone || static_backend) {
+    // One node: the rendezvous only counts restarts, on a private loopback
+    // port. Its log would repeat the agent's.
+    if (!log_level) Logger("rdzv")->set_level(spdlog::level::warn);
+    absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
+        rdzv::RendezvousServer::Start("127.0.0.1", 0);
+    if (!started.ok()) {
+      std::fprintf(stderr, "muster: error: cannot start the rendezvous: %s\n",
+                   std::string(started.status().message()).c_str());
+      return kExitWorkersFailed;
+    }
+    server = *std::move(started);
+    target = absl::StrCat("127.0.0.1:", server->port());
+  } else {
+    if (config.rdzv_endpoint.empty()) {
+      return UsageError("--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT], the node that hosts the rendezvous");
+    }
+    const Endpoint endpoint = ParseEndpoint(config.rdzv_endpoint);
+    const std::string host_name = HostName();
+    const bool may_host = config.rdzv_conf.is_host.value_or(
+        IsLoopback(endpoint.host) || endpoint.host == host_name ||
+        endpoint.host == config.local_addr);
+    if (may_host) {
+      const std::string bind = IsLoopback(endpoint.host) ? endpoint.host : "0.0.0.0";
+      absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
+          rdzv::RendezvousServer::Start(bind == "localhost" ? "127.0.0.1" : bind, endpoint.port);
+      if (started.ok()) {
+        server = *std::move(started);
+        Logger("agent")->info("hosting the rendezvous for job '{}' on port {}", config.rdzv_id,
+                              endpoint.port);
+      } else if (config.rdzv_conf.is_host.value_or(false)) {
+        std::fprintf(stderr, "muster: error: is_host=1 but %s\n",
+                     std::string(started.status().message()).c_str());
+        return kExitUsage;
+      }
+      // Else another agent on this host bound it first: be its client.
+    }
+    target = JoinHostPort(endpoint.host == "localhost" ? "127.0.0.1" : endpoint.host, endpoint.port);
+  }
+
+  AgentOptions options;
+  options.config = std::move(config);
+  options.nproc = *nproc;
+  options.program = program;
+  options.host = HostName();
+  options.advertised_addr = options.config.local_addr;
+  options.hosts_rendezvous = server != nullptr;
+  options.static_ranks = static_backend;
+  absl::StatusOr<int> code = kExitWorkersFailed;
+  {
+    Agent agent(std::move(options), rdzv::RendezvousClient::Create(target));
+    code = agent.Run();
+  }
+  if (server) server->Shutdown();
+  if (!code.ok()) {
+    std::fprintf(stderr, "muster: error: %s\n", std::string(code.status().message()).c_str());
+    return kExitWorkersFailed;
+  }
+  return *code;
+}
+
+}  // namespace
+}  // namespace muster
+
+int main(int argc, char** argv) { return muster::Main(argc, argv); }

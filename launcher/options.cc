@@ -1,0 +1,897 @@
+#include "launcher/options.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+
+namespace muster {
+namespace {
+
+// Every option muster accepts, in the order of kSpecs.
+enum class Key {
+  kNnodes,
+  kNprocPerNode,
+  kNodeRank,
+  kLocalAddr,
+  kRdzvBackend,
+  kRdzvEndpoint,
+  kRdzvId,
+  kRdzvConf,
+  kStandalone,
+  kMasterAddr,
+  kMasterPort,
+  kModule,
+  kNoPython,
+  kRunPath,
+  kRole,
+  kStartMethod,
+  kMaxRestarts,
+  kMonitorInterval,
+  kShutdownTimeout,
+  kLogDir,
+  kRedirects,
+  kTee,
+  kLocalRanksFilter,
+  kHelp,
+  kVersion,
+};
+constexpr size_t kNumKeys = static_cast<size_t>(Key::kVersion) + 1;
+
+struct OptionSpec {
+  Key key;
+  absl::string_view name;        // the spelling used in messages
+  absl::string_view spellings;   // CLI11's comma-separated name list
+  absl::string_view env;         // PET_ variable; empty for --help and --version
+  absl::string_view value_name;  // empty for a flag
+  absl::string_view default_text;
+  absl::string_view group;
+  absl::string_view description;
+};
+
+constexpr absl::string_view kNodesGroup = "Nodes and workers";
+constexpr absl::string_view kRdzvGroup = "Rendezvous";
+constexpr absl::string_view kRunGroup = "How workers run";
+constexpr absl::string_view kRestartGroup = "Restarts and shutdown";
+constexpr absl::string_view kLogGroup = "Output and logs";
+constexpr absl::string_view kOtherGroup = "Other";
+
+constexpr absl::string_view kRdzvConfKeys =
+    "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
+    "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false)";
+
+constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
+    {Key::kNnodes, "--nnodes", "--nnodes", "PET_NNODES", "N|MIN:MAX", "1:1", kNodesGroup,
+     "N nodes, or elastic from MIN to MAX nodes"},
+    {Key::kNprocPerNode, "--nproc-per-node", "--nproc-per-node,--nproc_per_node",
+     "PET_NPROC_PER_NODE", "N|gpu|cpu|auto", "1", kNodesGroup,
+     "workers on this node; auto: one per GPU if any, else per CPU"},
+    {Key::kNodeRank, "--node-rank", "--node-rank,--node_rank", "PET_NODE_RANK", "RANK", "0",
+     kNodesGroup, "this node's rank (static backend; else a hint)"},
+    {Key::kLocalAddr, "--local-addr", "--local-addr,--local_addr", "PET_LOCAL_ADDR", "ADDR",
+     "host name", kNodesGroup, "address advertised for this node"},
+    {Key::kRdzvBackend, "--rdzv-backend", "--rdzv-backend,--rdzv_backend", "PET_RDZV_BACKEND",
+     "static|c10d|muster", "static", kRdzvGroup, "c10d and muster both mean muster's rendezvous"},
+    {Key::kRdzvEndpoint, "--rdzv-endpoint", "--rdzv-endpoint,--rdzv_endpoint", "PET_RDZV_ENDPOINT",
+     "HOST[:PORT]", "none", kRdzvGroup, "rendezvous server, IPv6 in [ ], port 29400 if omitted"},
+    {Key::kRdzvId, "--rdzv-id", "--rdzv-id,--rdzv_id", "PET_RDZV_ID", "ID", "none", kRdzvGroup,
+     "the job's id, the same on every node"},
+    {Key::kRdzvConf, "--rdzv-conf", "--rdzv-conf,--rdzv_conf", "PET_RDZV_CONF", "KEY=VALUE,...",
+     "none", kRdzvGroup,
+     "seconds: join_timeout (600), last_call_timeout (30),\n"
+     "close_timeout (30), heartbeat_timeout (30), read_timeout (60),\n"
+     "keep_alive_interval (5); keep_alive_max_attempt (3); is_host (1/0)"},
+    {Key::kStandalone, "--standalone", "--standalone", "PET_STANDALONE", "", "off", kRdzvGroup,
+     "one node; rendezvous on a free local port, random id"},
+    {Key::kMasterAddr, "--master-addr", "--master-addr,--master_addr", "PET_MASTER_ADDR", "ADDR",
+     "127.0.0.1", kRdzvGroup, "static backend: address of node rank 0"},
+    {Key::kMasterPort, "--master-port", "--master-port,--master_port", "PET_MASTER_PORT", "PORT",
+     "29500", kRdzvGroup, "static backend: port on node rank 0"},
+    {Key::kModule, "--module", "-m,--module", "PET_MODULE", "", "off", kRunGroup,
+     "run SCRIPT as a module: python -u -m SCRIPT"},
+    {Key::kNoPython, "--no-python", "--no-python,--no_python", "PET_NO_PYTHON", "", "off",
+     kRunGroup, "exec SCRIPT directly, without python"},
+    {Key::kRunPath, "--run-path", "--run-path,--run_path", "PET_RUN_PATH", "", "off", kRunGroup,
+     "accepted for compatibility (what the default does)"},
+    {Key::kRole, "--role", "--role", "PET_ROLE", "NAME", "default", kRunGroup,
+     "the workers' role name (ROLE_NAME)"},
+    {Key::kStartMethod, "--start-method", "--start-method,--start_method", "PET_START_METHOD",
+     "spawn|fork|forkserver", "spawn", kRunGroup, "accepted for compatibility"},
+    {Key::kMaxRestarts, "--max-restarts", "--max-restarts,--max_restarts", "PET_MAX_RESTARTS", "N",
+     "0", kRestartGroup, "worker group restarts allowed after failures"},
+    {Key::kMonitorInterval, "--monitor-interval", "--monitor-interval,--monitor_interval",
+     "PET_MONITOR_INTERVAL", "SECONDS", "0.1", kRestartGroup,
+     "accepted; muster reacts to exits at once"},
+    {Key::kShutdownTimeout, "--shutdown-timeout", "--shutdown-timeout,--shutdown_timeout",
+     "PET_SHUTDOWN_TIMEOUT", "SECONDS", "30", kRestartGroup,
+     "grace from SIGTERM to SIGKILL when stopping workers;\n"
+     "else TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+    {Key::kLogDir, "--log-dir", "--log-dir,--log_dir", "PET_LOG_DIR", "DIR", "a new temp dir",
+     kLogGroup, "per-worker stdout.log, stderr.log, error.json"},
+    {Key::kRedirects, "--redirects", "-r,--redirects", "PET_REDIRECTS", "0-3|RANK:V,...", "0",
+     kLogGroup,
+     "worker output to log files: 0 none, 1 stdout, 2 stderr,\n"
+     "3 both; or per local rank, e.g. 0:1,1:2"},
+    {Key::kTee, "--tee", "-t,--tee", "PET_TEE", "0-3|RANK:V,...", "0", kLogGroup,
+     "as --redirects, and to the console too"},
+    {Key::kLocalRanksFilter, "--local-ranks-filter", "--local-ranks-filter,--local_ranks_filter",
+     "PET_LOCAL_RANKS_FILTER", "RANKS", "all", kLogGroup,
+     "local ranks shown on the console, e.g. 0 or 0,3"},
+    {Key::kHelp, "--help", "-h,--help", "", "", "", kOtherGroup, "print this help and exit"},
+    {Key::kVersion, "--version", "--version", "", "", "", kOtherGroup,
+     "print muster's version and exit"},
+}};
+
+constexpr bool SpecsInKeyOrder() {
+  for (size_t i = 0; i < kSpecs.size(); ++i) {
+    if (static_cast<size_t>(kSpecs[i].key) != i) return false;
+  }
+  return true;
+}
+static_assert(SpecsInKeyOrder(), "kSpecs must list the options in the order of Key");
+
+constexpr absl::string_view kUsage = "usage: muster [options] SCRIPT [args...]";
+
+// Stands for the empty value of `--opt=`, which CLI11 would otherwise take as `--opt` and then
+// consume the next argument as the value.
+constexpr absl::string_view kEmptyValue = "\x1f";
+
+// Where the fallback for --shutdown-timeout comes from, after PET_SHUTDOWN_TIMEOUT.
+constexpr absl::string_view kTorchShutdownEnv = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+
+// An option's value and where it came from.
+struct Given {
+  const OptionSpec* spec;
+  std::string value;
+  std::string env;  // the variable it was read from; empty when from the command line
+};
+
+class GivenOptions {
+ public:
+  const Given* Get(Key key) const {
+    const auto& given = given_[static_cast<size_t>(key)];
+    return given ? &*given : nullptr;
+  }
+  void Set(Key key, Given given) { given_[static_cast<size_t>(key)] = std::move(given); }
+
+ private:
+  std::array<std::optional<Given>, kNumKeys> given_;
+};
+
+// The value as it should appear in a one-line message: quoted when empty or when it holds
+// whitespace or control characters, which are escaped.
+std::string Shown(absl::string_view value) {
+  bool plain = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+    return c > ' ' && c != '\x7f' && c != '\'';
+  });
+  if (plain) return std::string(value);
+  return absl::StrCat("'", absl::CHexEscape(value), "'");
+}
+
+// `text` with every control character (a newline, say) turned into a space.
+std::string OneLine(absl::string_view text) {
+  std::string line(text);
+  auto is_control = [](char c) { return c >= 0 && c < ' '; };
+  std::replace_if(line.begin(), line.end(), is_control, ' ');
+  return line;
+}
+
+std::string Describe(const Given& given) {
+  if (!given.env.empty()) {
+    return absl::StrCat(given.env, "=", Shown(given.value), " (", given.spec->name, ")");
+  }
+  if (given.spec->value_name.empty()) {
+    return absl::StrCat(given.spec->name, "=", Shown(given.value));
+  }
+  return absl::StrCat(given.spec->name, " ", Shown(given.value));
+}
+
+absl::Status Invalid(const Given& given, absl::string_view problem, absl::string_view fix) {
+  return absl::InvalidArgumentError(absl::StrCat(Describe(given), ": ", problem, "; ", fix));
+}
+
+// A base-10 integer, surrounding whitespace allowed. Values beyond int64 clamp to its limits so
+// that range checks report them as too large or too small.
+std::optional<int64_t> ToInt(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (text.empty()) return std::nullopt;
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ptr != end) return std::nullopt;
+  if (ec == std::errc::result_out_of_range) {
+    return text.front() == '-' ? std::numeric_limits<int64_t>::min()
+                               : std::numeric_limits<int64_t>::max();
+  }
+  if (ec != std::errc()) return std::nullopt;
+  return value;
+}
+
+// A finite decimal number, surrounding whitespace allowed.
+std::optional<double> ToDouble(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (text.empty()) return std::nullopt;
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+absl::StatusOr<int> ParseInt(const Given& given, int64_t min, int64_t max, absl::string_view fix) {
+  std::optional<int64_t> value = ToInt(given.value);
+  if (!value) return Invalid(given, "not an integer", fix);
+  if (*value < min) return Invalid(given, absl::StrCat("must be at least ", min), fix);
+  if (*value > max) return Invalid(given, absl::StrCat("must be at most ", max), fix);
+  return static_cast<int>(*value);
+}
+
+// Durations beyond this many seconds (about 31 years) are rejected rather than overflowing.
+constexpr int64_t kMaxSeconds = 1'000'000'000;
+
+std::chrono::milliseconds SecondsToMillis(double seconds) {
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
+}
+
+// Seconds >= 0 (> 0 when !allow_zero), fractions allowed.
+absl::StatusOr<double> ParseSeconds(const Given& given, bool allow_zero, absl::string_view fix) {
+  std::optional<double> value = ToDouble(given.value);
+  if (!value) return Invalid(given, "not a number of seconds", fix);
+  if (allow_zero ? *value < 0 : *value <= 0) {
+    return Invalid(given, allow_zero ? "must be 0 or more" : "must be more than 0", fix);
+  }
+  if (*value > kMaxSeconds) {
+    return Invalid(given, absl::StrCat("must be at most ", kMaxSeconds, " seconds"), fix);
+  }
+  return *value;
+}
+
+// 1/0/true/false, any case.
+std::optional<bool> ToBool(absl::string_view text) {
+  std::string lower = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  if (lower == "1" || lower == "true") return true;
+  if (lower == "0" || lower == "false") return false;
+  return std::nullopt;
+}
+
+// A flag's value: "true" from CLI11 for a bare --flag, or the text of --flag=VALUE or PET_FLAG.
+absl::StatusOr<bool> ParseFlag(const Given& given) {
+  if (std::optional<bool> value = ToBool(given.value)) return *value;
+  if (given.env.empty()) {
+    return Invalid(given, "a flag takes no value",
+                   absl::StrCat("write ", given.spec->name, " alone to turn it on"));
+  }
+  return Invalid(given, "not a flag value", absl::StrCat("set ", given.env, " to 1 or 0"));
+}
+
+absl::StatusOr<bool> FlagIsOn(const GivenOptions& given, Key key) {
+  const Given* flag = given.Get(key);
+  if (flag == nullptr) return false;
+  return ParseFlag(*flag);
+}
+
+// Returns what is wrong with `endpoint` as host[:port] or [ipv6][:port], or "" when nothing is.
+std::string EndpointProblem(absl::string_view endpoint) {
+  auto is_host_char = [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+  };
+  absl::string_view host;
+  std::optional<absl::string_view> port;
+  if (endpoint.front() == '[') {
+    size_t close = endpoint.find(']');
+    if (close == absl::string_view::npos) return "the [ of an IPv6 address is not closed";
+    host = endpoint.substr(1, close - 1);
+    bool v6_chars = std::all_of(host.begin(), host.end(),
+                                [&](char c) { return is_host_char(c) || c == ':' || c == '%'; });
+    if (host.empty() || !v6_chars || !absl::StrContains(host, ':')) {
+      return "the text in [ ] is not an IPv6 address";
+    }
+    absl::string_view after = endpoint.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return "only :PORT may follow the ] of an IPv6 address";
+      port = after.substr(1);
+    }
+  } else {
+    size_t colons = std::count(endpoint.begin(), endpoint.end(), ':');
+    if (colons > 1) return "an IPv6 address must be in brackets";
+    size_t colon = endpoint.find(':');
+    host = endpoint.substr(0, colon);
+    if (colon != absl::string_view::npos) port = endpoint.substr(colon + 1);
+    if (host.empty()) return "the host is missing";
+    if (!std::all_of(host.begin(), host.end(), is_host_char)) {
+      return "the host may hold only letters, digits, '-', '.' and '_'";
+    }
+  }
+  if (port) {
+    bool digits = !port->empty() && std::all_of(port->begin(), port->end(), [](char c) {
+      return absl::ascii_isdigit(static_cast<unsigned char>(c));
+    });
+    if (!digits || *ToInt(*port) > 65535) return "the port must be a number from 0 to 65535";
+  }
+  return "";
+}
+
+absl::Status ApplyNodes(const GivenOptions& given, LaunchConfig& config) {
+  if (const Given* nnodes = given.Get(Key::kNnodes)) {
+    constexpr absl::string_view kFix = "give --nnodes N or MIN:MAX with 0 < MIN <= MAX";
+    std::vector<absl::string_view> parts = absl::StrSplit(nnodes->value, ':');
+    if (parts.size() > 2) return Invalid(*nnodes, "not N or MIN:MAX", kFix);
+    std::optional<int64_t> min = ToInt(parts.front());
+    std::optional<int64_t> max = ToInt(parts.back());
+    if (!min || !max) return Invalid(*nnodes, "not N or MIN:MAX", kFix);
+    if (*min < 1 || *max < 1) return Invalid(*nnodes, "node counts must be at least 1", kFix);
+    if (*min > *max) return Invalid(*nnodes, "MIN is greater than MAX", kFix);
+    if (*max > std::numeric_limits<int>::max()) return Invalid(*nnodes, "too many nodes", kFix);
+    config.min_nodes = static_cast<int>(*min);
+    config.max_nodes = static_cast<int>(*max);
+  }
+  if (const Given* nproc = given.Get(Key::kNprocPerNode)) {
+    absl::string_view text = nproc->value;
+    if (text == "gpu") {
+      config.nproc_kind = NprocKind::kGpu;
+    } else if (text == "cpu") {
+      config.nproc_kind = NprocKind::kCpu;
+    } else if (text == "auto") {
+      config.nproc_kind = NprocKind::kAuto;
+    } else {
+      constexpr absl::string_view kFix = "give --nproc-per-node N (N >= 1), gpu, cpu or auto";
+      std::optional<int64_t> count = ToInt(text);
+      if (!count) return Invalid(*nproc, "not a number, gpu, cpu or auto", kFix);
+      absl::StatusOr<int> checked = ParseInt(*nproc, 1, std::numeric_limits<int>::max(), kFix);
+      if (!checked.ok()) return checked.status();
+      config.nproc_kind = NprocKind::kCount;
+      config.nproc_per_node = *checked;
+    }
+  }
+  if (const Given* node_rank = given.Get(Key::kNodeRank)) {
+    absl::StatusOr<int> rank =
+        ParseInt(*node_rank, 0, std::numeric_limits<int>::max(), "give --node-rank N with N >= 0");
+    if (!rank.ok()) return rank.status();
+    config.node_rank = *rank;
+    config.node_rank_given = true;
+  }
+  if (const Given* local_addr = given.Get(Key::kLocalAddr)) config.local_addr = local_addr->value;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
+  static constexpr std::pair<absl::string_view, std::chrono::milliseconds RdzvConf::*>
+      kDurations[] = {
+          {"join_timeout", &RdzvConf::join_timeout},
+          {"last_call_timeout", &RdzvConf::last_call_timeout},
+          {"close_timeout", &RdzvConf::close_timeout},
+          {"heartbeat_timeout", &RdzvConf::heartbeat_timeout},
+          {"keep_alive_interval", &RdzvConf::keep_alive_interval},
+          {"read_timeout", &RdzvConf::read_timeout},
+      };
+  std::string fix = absl::StrCat("give KEY=VALUE pairs separated by commas; keys: ", kRdzvConfKeys);
+  absl::string_view text = absl::StripAsciiWhitespace(given.value);
+  if (text.empty()) return absl::OkStatus();
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    if (item.empty()) return Invalid(given, "an empty entry", fix);
+    size_t equals = item.find('=');
+    if (equals == absl::string_view::npos) {
+      return Invalid(given, absl::StrCat(Shown(item), " has no '='"), fix);
+    }
+    absl::string_view key = absl::StripAsciiWhitespace(item.substr(0, equals));
+    absl::string_view value = absl::StripAsciiWhitespace(item.substr(equals + 1));
+    if (key.empty()) return Invalid(given, absl::StrCat(Shown(item), " has no key"), fix);
+    if (value.empty()) return Invalid(given, absl::StrCat(Shown(key), " has no value"), fix);
+
+    auto duration = std::find_if(std::begin(kDurations), std::end(kDurations),
+                                 [&](const auto& entry) { return entry.first == key; });
+    if (duration != std::end(kDurations)) {
+      std::optional<double> seconds = ToDouble(value);
+      if (!seconds || *seconds < 0 || *seconds > kMaxSeconds) {
+        return Invalid(given, absl::StrCat(key, " needs seconds >= 0, not ", Shown(value)), fix);
+      }
+      conf.*(duration->second) = SecondsToMillis(*seconds);
+    } else if (key == "keep_alive_max_attempt") {
+      std::optional<int64_t> attempts = ToInt(value);
+      if (!attempts || *attempts < 1 || *attempts > std::numeric_limits<int>::max()) {
+        return Invalid(given, absl::StrCat(key, " needs an integer >= 1, not ", Shown(value)), fix);
+      }
+      conf.keep_alive_max_attempt = static_cast<int>(*attempts);
+    } else if (key == "is_host") {
+      std::optional<bool> is_host = ToBool(value);
+      if (!is_host) {
+        return Invalid(given, absl::StrCat(key, " needs 1, 0, true or false, not ", Shown(value)),
+                       fix);
+      }
+      conf.is_host = *is_host;
+    } else {
+      return Invalid(given, absl::StrCat("unknown key ", Shown(key)), fix);
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string RandomRunId() {
+  std::random_device device;
+  uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ static_cast<uint64_t>(device());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(16, '0');
+  for (char& digit : id) {
+    digit = kHex[bits >> 60];
+    bits <<= 4;
+  }
+  return id;
+}
+
+absl::Status ApplyRendezvous(const GivenOptions& given, LaunchConfig& config,
+                             std::vector<std::string>& warnings) {
+  absl::StatusOr<bool> standalone = FlagIsOn(given, Key::kStandalone);
+  if (!standalone.ok()) return standalone.status();
+  const Given* backend = given.Get(Key::kRdzvBackend);
+  const Given* endpoint = given.Get(Key::kRdzvEndpoint);
+  const Given* id = given.Get(Key::kRdzvId);
+  if (*standalone) {
+    if (const Given* nnodes = given.Get(Key::kNnodes);
+        nnodes != nullptr && (config.min_nodes != 1 || config.max_nodes != 1)) {
+      return Invalid(*nnodes, "--standalone runs exactly one node",
+                     "drop --nnodes, or drop --standalone and give --rdzv-backend c10d "
+                     "--rdzv-endpoint HOST:PORT for several nodes");
+    }
+    // As torchrun: --standalone wins over explicit rendezvous options, so they are not checked.
+    if (backend != nullptr) {
+      warnings.push_back(absl::StrCat("--standalone ignores ", Describe(*backend),
+                                      ": it always uses muster's embedded rendezvous"));
+    }
+    if (endpoint != nullptr) {
+      warnings.push_back(absl::StrCat("--standalone ignores ", Describe(*endpoint),
+                                      ": it always listens on localhost:0, a free local port"));
+    }
+    if (id != nullptr) {
+      warnings.push_back(
+          absl::StrCat("--standalone ignores ", Describe(*id), ": it picks a random id"));
+    }
+    config.standalone = true;
+    config.rdzv_backend = RdzvBackend::kMuster;
+    config.rdzv_endpoint = "localhost:0";
+    config.rdzv_id = RandomRunId();
+  } else {
+    if (backend != nullptr) {
+      if (backend->value == "static") {
+        config.rdzv_backend = RdzvBackend::kStatic;
+      } else if (backend->value == "c10d" || backend->value == "muster") {
+        config.rdzv_backend = RdzvBackend::kMuster;
+      } else {
+        return Invalid(*backend, "unsupported rendezvous backend",
+                       "give --rdzv-backend static, c10d or muster (c10d and muster are the same)");
+      }
+    }
+    if (endpoint != nullptr) {
+      if (!endpoint->value.empty()) {
+        std::string problem = EndpointProblem(endpoint->value);
+        if (!problem.empty()) {
+          return Invalid(*endpoint, problem,
+                         "give --rdzv-endpoint HOST[:PORT] or [IPV6][:PORT], e.g. node1:29400 "
+                         "or [::1]:29400");
+        }
+      }
+      config.rdzv_endpoint = endpoint->value;
+    }
+    if (id != nullptr) config.rdzv_id = id->value;
+  }
+  if (const Given* conf = given.Get(Key::kRdzvConf)) {
+    absl::Status status = ApplyRdzvConf(*conf, config.rdzv_conf);
+    if (!status.ok()) return status;
+  }
+  if (const Given* addr = given.Get(Key::kMasterAddr)) {
+    if (absl::StripAsciiWhitespace(addr->value).empty()) {
+      return Invalid(*addr, "empty", "give --master-addr HOST, e.g. 127.0.0.1");
+    }
+    config.master_addr = addr->value;
+  }
+  if (const Given* port = given.Get(Key::kMasterPort)) {
+    absl::StatusOr<int> number = ParseInt(*port, 1, 65535, "give --master-port 1..65535");
+    if (!number.ok()) return number.status();
+    config.master_port = *number;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRun(const GivenOptions& given, LaunchConfig& config) {
+  for (auto [key, field] : {std::pair{Key::kModule, &LaunchConfig::module},
+                            std::pair{Key::kNoPython, &LaunchConfig::no_python},
+                            std::pair{Key::kRunPath, &LaunchConfig::run_path}}) {
+    absl::StatusOr<bool> on = FlagIsOn(given, key);
+    if (!on.ok()) return on.status();
+    config.*field = *on;
+  }
+  if (config.module && config.no_python) {
+    return absl::InvalidArgumentError(
+        "-m and --no-python cannot be used together: -m runs python -m MODULE, --no-python runs "
+        "SCRIPT directly; keep one of them");
+  }
+  if (const Given* role = given.Get(Key::kRole)) {
+    if (absl::StripAsciiWhitespace(role->value).empty()) {
+      return Invalid(*role, "empty", "give --role NAME, or leave it out for 'default'");
+    }
+    config.role = role->value;
+  }
+  if (const Given* method = given.Get(Key::kStartMethod)) {
+    if (method->value != "spawn" && method->value != "fork" && method->value != "forkserver") {
+      return Invalid(*method, "unknown start method",
+                     "give --start-method spawn, fork or forkserver");
+    }
+    config.start_method = method->value;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRestarts(const GivenOptions& given, LaunchConfig& config) {
+  if (const Given* restarts = given.Get(Key::kMaxRestarts)) {
+    absl::StatusOr<int> count = ParseInt(*restarts, 0, std::numeric_limits<int>::max(),
+                                         "give --max-restarts N with N >= 0");
+    if (!count.ok()) return count.status();
+    config.max_restarts = *count;
+  }
+  if (const Given* interval = given.Get(Key::kMonitorInterval)) {
+    absl::StatusOr<double> seconds =
+        ParseSeconds(*interval, /*allow_zero=*/false, "give --monitor-interval SECONDS, e.g. 0.1");
+    if (!seconds.ok()) return seconds.status();
+    config.monitor_interval_s = *seconds;
+  }
+  if (const Given* timeout = given.Get(Key::kShutdownTimeout)) {
+    absl::StatusOr<double> seconds = ParseSeconds(
+        *timeout, /*allow_zero=*/true, "give --shutdown-timeout SECONDS (>= 0), e.g. 30");
+    if (!seconds.ok()) return seconds.status();
+    config.shutdown_grace = SecondsToMillis(*seconds);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseRedirectSpec(const Given& given, RedirectSpec& spec) {
+  std::string fix = absl::StrCat("give ", given.spec->name,
+                                 " 0 (none), 1 (stdout), 2 (stderr) or 3 (both) for every local "
+                                 "rank, or LOCAL_RANK:VALUE pairs such as 0:1,1:2");
+  auto to_std = [](absl::string_view text) -> std::optional<StdRedirect> {
+    text = absl::StripAsciiWhitespace(text);
+    if (text.size() != 1 || text[0] < '0' || text[0] > '3') return std::nullopt;
+    int bits = text[0] - '0';
+    return StdRedirect{.out = (bits & 1) != 0, .err = (bits & 2) != 0};
+  };
+  if (!absl::StrContains(given.value, ':')) {
+    std::optional<StdRedirect> all = to_std(given.value);
+    if (!all) return Invalid(given, "not a value 0..3 or a LOCAL_RANK:VALUE list", fix);
+    spec = RedirectSpec{.all = *all, .per_rank = {}};
+    return absl::OkStatus();
+  }
+  RedirectSpec per_rank;
+  for (absl::string_view item : absl::StrSplit(given.value, ',')) {
+    std::vector<absl::string_view> parts = absl::StrSplit(item, ':');
+    if (parts.size() != 2) {
+      return Invalid(given, absl::StrCat(Shown(item), " is not LOCAL_RANK:VALUE"), fix);
+    }
+    std::optional<int64_t> rank = ToInt(parts[0]);
+    if (!rank || *rank < 0 || *rank > std::numeric_limits<int>::max()) {
+      return Invalid(given, absl::StrCat("local rank ", Shown(parts[0]), " is not an integer >= 0"),
+                     fix);
+    }
+    std::optional<StdRedirect> value = to_std(parts[1]);
+    if (!value) {
+      return Invalid(
+          given, absl::StrCat("local rank ", *rank, " gets ", Shown(parts[1]), ", not 0..3"), fix);
+    }
+    if (!per_rank.per_rank.emplace(static_cast<int>(*rank), *value).second) {
+      return Invalid(given, absl::StrCat("local rank ", *rank, " is given twice"), fix);
+    }
+  }
+  spec = std::move(per_rank);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyLogs(const GivenOptions& given, LaunchConfig& config) {
+  if (const Given* dir = given.Get(Key::kLogDir)) config.log_dir = dir->value;
+  if (const Given* redirects = given.Get(Key::kRedirects)) {
+    absl::Status status = ParseRedirectSpec(*redirects, config.redirects);
+    if (!status.ok()) return status;
+  }
+  if (const Given* tee = given.Get(Key::kTee)) {
+    absl::Status status = ParseRedirectSpec(*tee, config.tee);
+    if (!status.ok()) return status;
+  }
+  if (const Given* filter = given.Get(Key::kLocalRanksFilter)) {
+    // Empty means every rank, as in torchrun.
+    if (!absl::StripAsciiWhitespace(filter->value).empty()) {
+      std::set<int> ranks;
+      for (absl::string_view item : absl::StrSplit(filter->value, ',')) {
+        std::optional<int64_t> rank = ToInt(item);
+        if (!rank || *rank < 0 || *rank > std::numeric_limits<int>::max()) {
+          return Invalid(*filter,
+                         absl::StrCat(Shown(item), " is not a local rank (an integer >= 0)"),
+                         "give --local-ranks-filter RANK[,RANK...], e.g. 0 or 0,3");
+        }
+        ranks.insert(static_cast<int>(*rank));
+      }
+      config.local_ranks_filter = std::move(ranks);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Fills `config` from the options given, checking every value and how they combine.
+absl::Status Apply(const GivenOptions& given, LaunchConfig& config,
+                   std::vector<std::string>& warnings) {
+  // In this order: ApplyRendezvous checks --standalone against the node counts ApplyNodes set.
+  absl::Status status = ApplyNodes(given, config);
+  if (status.ok()) status = ApplyRendezvous(given, config, warnings);
+  if (status.ok()) status = ApplyRun(given, config);
+  if (status.ok()) status = ApplyRestarts(given, config);
+  if (status.ok()) status = ApplyLogs(given, config);
+  return status;
+}
+
+// The help text's layout: per option its short and dashed long spelling (not the underscore one),
+// the value's name, the description and the default.
+class HelpFormatter final : public CLI::Formatter {
+ public:
+  HelpFormatter() { column_width(40); }
+
+  std::string make_usage(const CLI::App* /*app*/, std::string /*name*/) const override {
+    return "Usage: muster [options] SCRIPT [script args...]\n\n";
+  }
+
+  // Groups are separated by one blank line, which make_groups() already puts between them.
+  std::string make_group(std::string group, bool is_positional,
+                         std::vector<const CLI::Option*> options) const override {
+    std::string text = absl::StrCat(group, ":\n");
+    for (const CLI::Option* option : options) {
+      absl::StrAppend(&text, make_option(option, is_positional));
+    }
+    return text;
+  }
+
+  std::string make_option_name(const CLI::Option* option, bool /*is_positional*/) const override {
+    std::string name;
+    for (const std::string& short_name : option->get_snames()) {
+      absl::StrAppend(&name, "-", short_name, ", ");
+    }
+    if (name.empty()) name = "    ";
+    absl::StrAppend(&name, "--", option->get_lnames().front());
+    return name;
+  }
+
+  std::string make_option_opts(const CLI::Option* option) const override {
+    return option->get_type_size() == 0 ? "" : " " + option->get_type_name();
+  }
+
+  std::string make_option_desc(const CLI::Option* option) const override {
+    std::string description = option->get_description();
+    if (!option->get_default_str().empty()) {
+      absl::StrAppend(&description, " [default: ", option->get_default_str(), "]");
+    }
+    return description;
+  }
+};
+
+constexpr absl::string_view kHelpFooter =
+    "Options go before SCRIPT; everything after SCRIPT, options included, goes to it untouched.\n"
+    "With -m, SCRIPT is a module name. ${local_rank} in script args becomes each worker's rank.\n"
+    "Every option also takes underscores (--nproc_per_node), the form --opt=value, and the\n"
+    "environment variable PET_<NAME> (PET_NPROC_PER_NODE=4, PET_STANDALONE=1) when not on the\n"
+    "command line. The shutdown grace falls back to TORCH_ELASTIC_SHUTDOWN_TIMEOUT (seconds).\n"
+    "PYTHON_EXEC names the interpreter (default python3).";
+
+// Declares every option to CLI11, which only splits the command line; values are checked later.
+std::array<CLI::Option*, kNumKeys> DeclareOptions(CLI::App& app) {
+  app.set_help_flag();  // --help is declared below like any flag, so CLI11 never throws for it
+  app.prefix_command();
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.formatter(std::make_shared<HelpFormatter>());
+  app.footer(std::string(kHelpFooter));
+  std::array<CLI::Option*, kNumKeys> options{};
+  for (const OptionSpec& spec : kSpecs) {
+    // No variable is bound (an lvalue second argument would be taken as one): values are read
+    // back from results().
+    std::string spellings(spec.spellings);
+    CLI::Option* option = spec.value_name.empty()
+                              ? app.add_flag(spellings)
+                              : app.add_option(spellings)->type_name(std::string(spec.value_name));
+    option->description(std::string(spec.description));
+    option->group(std::string(spec.group));
+    if (!spec.default_text.empty()) option->default_str(std::string(spec.default_text));
+    options[static_cast<size_t>(spec.key)] = option;
+  }
+  return options;
+}
+
+// Returns the spec whose spelling `token` is (an option name alone, no value), or nullptr.
+const OptionSpec* FindSpelling(absl::string_view token) {
+  for (const OptionSpec& spec : kSpecs) {
+    for (absl::string_view spelling : absl::StrSplit(spec.spellings, ',')) {
+      if (spelling == token) return &spec;
+    }
+  }
+  return nullptr;
+}
+
+// Returns a known option close to the unknown long option `name`, or "".
+std::string Suggestion(absl::string_view name) {
+  std::string wanted(name);
+  std::replace(wanted.begin(), wanted.end(), '_', '-');
+  auto distance = [](absl::string_view a, absl::string_view b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+        diagonal = above;
+      }
+    }
+    return row[b.size()];
+  };
+  absl::string_view prefix_match;
+  int prefix_matches = 0;
+  for (const OptionSpec& spec : kSpecs) {
+    if (spec.name.size() > wanted.size() && absl::StartsWith(spec.name, wanted)) {
+      prefix_match = spec.name;
+      ++prefix_matches;
+    }
+  }
+  if (prefix_matches == 1 && wanted.size() > 3) return std::string(prefix_match);
+  for (const OptionSpec& spec : kSpecs) {
+    if (distance(wanted, spec.name) <= 2) return std::string(spec.name);
+  }
+  return "";
+}
+
+absl::Status UnknownOptionError(absl::string_view token) {
+  absl::string_view name = token;
+  std::string suggestion;
+  if (absl::StartsWith(token, "--")) {
+    name = token.substr(0, token.find('='));
+    suggestion = Suggestion(name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown option ", Shown(name),
+                   suggestion.empty() ? "" : absl::StrCat(" (did you mean ", suggestion, "?)"),
+                   "; muster's own options go before the script, see muster --help"));
+}
+
+// Each option's value: from the command line when given there, else from its environment variable.
+absl::StatusOr<GivenOptions> CollectGiven(const std::array<CLI::Option*, kNumKeys>& options,
+                                          const EnvLookup& env) {
+  GivenOptions given;
+  for (const OptionSpec& spec : kSpecs) {
+    const CLI::Option* option = options[static_cast<size_t>(spec.key)];
+    if (option->count() > 0 && !option->results().empty()) {
+      std::string value = option->results().back();
+      if (value == kEmptyValue) value.clear();
+      if (!spec.value_name.empty()) {
+        // CLI11 takes the next argument as the value whatever it is: catch a forgotten value.
+        absl::string_view as_name = absl::string_view(value).substr(0, value.find('='));
+        if (const OptionSpec* other = FindSpelling(as_name)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(spec.name, " is missing its value (the next argument is the option ",
+                           other->name, "); give ", spec.name, " ", spec.value_name));
+        }
+      }
+      given.Set(spec.key, Given{.spec = &spec, .value = std::move(value), .env = ""});
+      continue;
+    }
+    if (!env || spec.env.empty()) continue;
+    for (absl::string_view name :
+         {spec.env, spec.key == Key::kShutdownTimeout ? kTorchShutdownEnv : absl::string_view()}) {
+      if (name.empty()) continue;
+      std::optional<std::string> value = env(std::string(name));
+      if (value && !value->empty()) {
+        given.Set(spec.key, Given{.spec = &spec, .value = *value, .env = std::string(name)});
+        break;
+      }
+    }
+  }
+  return given;
+}
+
+absl::StatusOr<ParsedCommandLine> ParseOrThrow(const std::vector<std::string>& args,
+                                               const EnvLookup& env) {
+  CLI::App app("muster: an elastic launcher for distributed training, a drop-in for torchrun.",
+               "muster");
+  std::array<CLI::Option*, kNumKeys> options = DeclareOptions(app);
+
+  // CLI11 wants the arguments reversed, without the program name.
+  std::vector<std::string> reversed;
+  if (args.size() > 1) reversed.assign(args.rbegin(), args.rend() - 1);
+  for (std::string& token : reversed) {
+    if (token.size() > 3 && token.back() == '=') {
+      const OptionSpec* spec = FindSpelling(absl::string_view(token).substr(0, token.size() - 1));
+      if (spec != nullptr && !spec->value_name.empty()) {
+        token.append(kEmptyValue.data(), kEmptyValue.size());
+      }
+    }
+  }
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ArgumentMismatch& error) {
+    // Thrown when the arguments end at an option that needs a value; the message starts with the
+    // option's name.
+    absl::string_view what = error.what();
+    const OptionSpec* spec = FindSpelling(what.substr(0, what.find(':')));
+    if (spec != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(spec->name, " needs a value; give ",
+                                                     spec->name, " ", spec->value_name,
+                                                     " before the script"));
+    }
+    throw;
+  }
+
+  ParsedCommandLine parsed;
+  if (options[static_cast<size_t>(Key::kHelp)]->count() > 0) {
+    parsed.help = app.help();
+    return parsed;
+  }
+  if (options[static_cast<size_t>(Key::kVersion)]->count() > 0) {
+    parsed.version = true;
+    return parsed;
+  }
+
+  // remaining() holds, in order: unknown options met before the script, a `--` if one came
+  // first, then SCRIPT and everything after it.
+  std::vector<std::string> rest = app.remaining();
+  size_t script_at = 0;
+  if (!rest.empty() && rest.front() == "--") {
+    script_at = 1;
+  } else if (!rest.empty() && rest.front().size() > 1 && rest.front().front() == '-') {
+    return UnknownOptionError(rest.front());
+  }
+  if (script_at >= rest.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("no training script given; ", kUsage));
+  }
+  // SCRIPT and its args are the last `tail` arguments; take them from `args` as given.
+  size_t tail = rest.size() - script_at;
+  parsed.config.script = args[args.size() - tail];
+  parsed.config.script_args.assign(args.end() - static_cast<std::ptrdiff_t>(tail - 1), args.end());
+
+  absl::StatusOr<GivenOptions> given = CollectGiven(options, env);
+  if (!given.ok()) return given.status();
+  absl::Status status = Apply(*given, parsed.config, parsed.warnings);
+  if (!status.ok()) return status;
+  return parsed;
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                                   const EnvLookup& env) {
+  try {
+    return ParseOrThrow(args, env);
+  } catch (const CLI::Error& error) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid command line: ", OneLine(error.what()),
+                                                   "; ", kUsage, ", see muster --help"));
+  } catch (const std::exception& error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("could not parse the command line: ", OneLine(error.what())));
+  } catch (...) {
+    return absl::InvalidArgumentError("could not parse the command line");
+  }
+}
+
+}  // namespace muster

@@ -1,0 +1,210 @@
+#include "rendezvous/client.h"
+
+#include <utility>
+
+#include "absl/synchronization/notification.h"
+#include "rendezvous/grpc_status.h"
+
+namespace muster::rdzv {
+
+class RendezvousClient::WatchStream final : public grpc::ClientReadReactor<WatchEvent> {
+ public:
+  WatchStream(RendezvousClient* client, const WatchRequest& request,
+              std::function<void(const WatchEvent&)> on_event,
+              std::function<void(absl::Status)> on_end)
+      : client_(client), request_(request), on_event_(std::move(on_event)),
+        on_end_(std::move(on_end)) {}
+
+  void Start() {
+    client_->stub_->async()->Watch(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  void Cancel() { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone follows with the status
+    on_event_(event_);
+    StartRead(&event_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    on_end_(FromGrpcStatus(status));
+    {
+      absl::MutexLock lock(&client_->mu_);
+      if (client_->watch_ == this) client_->watch_ = nullptr;
+      --client_->streams_;
+    }
+    delete this;
+  }
+
+ private:
+  RendezvousClient* const client_;
+  grpc::ClientContext context_;
+  const WatchRequest request_;
+  WatchEvent event_;
+  std::function<void(const WatchEvent&)> on_event_;
+  std::function<void(absl::Status)> on_end_;
+};
+
+std::unique_ptr<RendezvousClient> RendezvousClient::Create(const std::string& target) {
+  return std::unique_ptr<RendezvousClient>(new RendezvousClient(target));
+}
+
+RendezvousClient::RendezvousClient(std::string target) : target_(std::move(target)) {
+  grpc::ChannelArguments args;
+  // Reconnect quickly after a transient failure: the server may be an agent
+  // that is just starting.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+  stub_ = Rendezvous::NewStub(channel_);
+}
+
+RendezvousClient::~RendezvousClient() {
+  absl::MutexLock lock(&mu_);
+  for (grpc::ClientContext* context : calls_) context->TryCancel();
+  if (watch_ != nullptr) watch_->Cancel();
+  mu_.Await(absl::Condition(
+      +[](RendezvousClient* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+        return self->calls_.empty() && self->streams_ == 0;
+      },
+      this));
+}
+
+grpc::ClientContext* RendezvousClient::NewCall(absl::Duration timeout, bool wait_for_ready) {
+  auto* context = new grpc::ClientContext();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context->set_wait_for_ready(wait_for_ready);
+  absl::MutexLock lock(&mu_);
+  calls_.insert(context);
+  return context;
+}
+
+void RendezvousClient::EndCall(grpc::ClientContext* context) {
+  {
+    absl::MutexLock lock(&mu_);
+    calls_.erase(context);
+  }
+  delete context;
+}
+
+template <typename Request, typename Response, typename Result>
+void RendezvousClient::Unary(
+    void (Rendezvous::Stub::async_interface::*method)(grpc::ClientContext*, const Request*,
+                                                      Response*, std::function<void(grpc::Status)>),
+    const Request& request, absl::Duration timeout, bool wait_for_ready,
+    std::function<Result(absl::Status, Response&)> convert, std::function<void(Result)> done) {
+  grpc::ClientContext* context = NewCall(timeout, wait_for_ready);
+  auto call = std::make_shared<std::pair<Request, Response>>(request, Response());
+  (stub_->async()->*method)(
+      context, &call->first, &call->second,
+      [this, context, call, convert = std::move(convert),
+       done = std::move(done)](grpc::Status status) {
+        Result result = convert(FromGrpcStatus(status), call->second);
+        done(std::move(result));
+        EndCall(context);  // last: the destructor may be waiting for it
+      });
+}
+
+void RendezvousClient::Join(const JoinRequest& request, absl::Duration timeout,
+                            std::function<void(absl::StatusOr<Assignment>)> done) {
+  Unary<JoinRequest, JoinResponse, absl::StatusOr<Assignment>>(
+      &Rendezvous::Stub::async_interface::Join, request, timeout, /*wait_for_ready=*/true,
+      [](absl::Status status, JoinResponse& response) -> absl::StatusOr<Assignment> {
+        if (!status.ok()) return status;
+        return std::move(*response.mutable_assignment());
+      },
+      std::move(done));
+}
+
+void RendezvousClient::Heartbeat(const HeartbeatRequest& request, absl::Duration timeout,
+                                 std::function<void(absl::StatusOr<int64_t>)> done) {
+  Unary<HeartbeatRequest, HeartbeatResponse, absl::StatusOr<int64_t>>(
+      &Rendezvous::Stub::async_interface::Heartbeat, request, timeout, /*wait_for_ready=*/false,
+      [](absl::Status status, HeartbeatResponse& response) -> absl::StatusOr<int64_t> {
+        if (!status.ok()) return status;
+        return response.round();
+      },
+      std::move(done));
+}
+
+namespace {
+template <typename Response>
+absl::Status StatusOnly(absl::Status status, Response&) {
+  return status;
+}
+}  // namespace
+
+void RendezvousClient::ReportFailure(const ReportFailureRequest& request, absl::Duration timeout,
+                                     std::function<void(absl::Status)> done) {
+  Unary<ReportFailureRequest, ReportFailureResponse, absl::Status>(
+      &Rendezvous::Stub::async_interface::ReportFailure, request, timeout, true,
+      StatusOnly<ReportFailureResponse>, std::move(done));
+}
+
+void RendezvousClient::ReportDone(const ReportDoneRequest& request, absl::Duration timeout,
+                                  std::function<void(absl::Status)> done) {
+  Unary<ReportDoneRequest, ReportDoneResponse, absl::Status>(
+      &Rendezvous::Stub::async_interface::ReportDone, request, timeout, true,
+      StatusOnly<ReportDoneResponse>, std::move(done));
+}
+
+void RendezvousClient::Leave(const LeaveRequest& request, absl::Duration timeout,
+                             std::function<void(absl::Status)> done) {
+  Unary<LeaveRequest, LeaveResponse, absl::Status>(&Rendezvous::Stub::async_interface::Leave,
+                                                   request, timeout, false,
+                                                   StatusOnly<LeaveResponse>, std::move(done));
+}
+
+void RendezvousClient::Status(const StatusRequest& request, absl::Duration timeout,
+                              std::function<void(absl::StatusOr<StatusResponse>)> done) {
+  Unary<StatusRequest, StatusResponse, absl::StatusOr<StatusResponse>>(
+      &Rendezvous::Stub::async_interface::Status, request, timeout, false,
+      [](absl::Status status, StatusResponse& response) -> absl::StatusOr<StatusResponse> {
+        if (!status.ok()) return status;
+        return std::move(response);
+      },
+      std::move(done));
+}
+
+void RendezvousClient::Watch(const WatchRequest& request,
+                             std::function<void(const WatchEvent&)> on_event,
+                             std::function<void(absl::Status)> on_end) {
+  auto* stream = new WatchStream(this, request, std::move(on_event), std::move(on_end));
+  {
+    absl::MutexLock lock(&mu_);
+    if (watch_ != nullptr) watch_->Cancel();
+    watch_ = stream;
+    ++streams_;
+  }
+  stream->Start();
+}
+
+absl::StatusOr<Assignment> RendezvousClient::JoinSync(const JoinRequest& request,
+                                                      absl::Duration timeout) {
+  absl::Notification done;
+  absl::StatusOr<Assignment> result;
+  Join(request, timeout, [&](absl::StatusOr<Assignment> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+absl::StatusOr<StatusResponse> RendezvousClient::StatusSync(const StatusRequest& request,
+                                                            absl::Duration timeout) {
+  absl::Notification done;
+  absl::StatusOr<StatusResponse> result;
+  Status(request, timeout, [&](absl::StatusOr<StatusResponse> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+}  // namespace muster::rdzv

@@ -1,0 +1,517 @@
+#include "rendezvous/state.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+
+namespace muster::rdzv {
+namespace {
+
+constexpr size_t kMaxJobIdLength = 256;
+constexpr size_t kMaxNodeIdLength = 512;
+
+std::string FormatDuration(int64_t ms) { return absl::StrCat(ms / 1000.0, " s"); }
+
+std::string DescribeFailure(const Failure& failure) {
+  std::string exit = failure.signal() != 0 ? absl::StrCat("signal ", failure.signal())
+                                           : absl::StrCat("exit code ", failure.exit_code());
+  return absl::StrCat("rank ", failure.rank(), " on ", failure.host(), " failed with ", exit);
+}
+
+WatchEvent RoundChangedEvent(int64_t round, RoundChanged::Reason reason, const std::string& detail) {
+  WatchEvent event;
+  RoundChanged* changed = event.mutable_round_changed();
+  changed->set_new_round(round);
+  changed->set_reason(reason);
+  changed->set_detail(detail);
+  return event;
+}
+
+}  // namespace
+
+absl::Status ValidateJobId(absl::string_view job_id) {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError("the job id (--rdzv-id) is empty; give a short name without spaces");
+  }
+  if (job_id.size() > kMaxJobIdLength) {
+    return absl::InvalidArgumentError(absl::StrCat("the job id (--rdzv-id) is ", job_id.size(),
+                                                   " characters long; use at most ",
+                                                   kMaxJobIdLength));
+  }
+  for (char c : job_id) {
+    if (!std::isgraph(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError(
+          "the job id (--rdzv-id) contains a space or control character; use letters, digits "
+          "and punctuation only");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateJobConfig(const JobConfig& config) {
+  if (config.min_nodes() <= 0 || config.min_nodes() > config.max_nodes()) {
+    return absl::InvalidArgumentError(absl::StrCat("bad node range ", config.min_nodes(), ":",
+                                                   config.max_nodes(),
+                                                   "; need 0 < MIN <= MAX"));
+  }
+  if (config.max_restarts() < 0) {
+    return absl::InvalidArgumentError("max_restarts must be >= 0");
+  }
+  if (config.last_call_timeout_ms() < 0 || config.join_timeout_ms() < 0 ||
+      config.heartbeat_timeout_ms() < 0) {
+    return absl::InvalidArgumentError("timeouts must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+RendezvousState::Job* RendezvousState::FindJob(absl::string_view job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<RendezvousState::Job*> RendezvousState::FindLiveNode(const NodeKey& key) {
+  Job* job = FindJob(key.job_id);
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job '", key.job_id, "' on this server"));
+  }
+  if (job->phase == Phase::kClosed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job->id, "' is closed: ", job->close_reason));
+  }
+  if (!job->nodes.contains(key.node_id)) {
+    return absl::NotFoundError(
+        absl::StrCat("node ", key.node_id, " is not part of job '", job->id, "'"));
+  }
+  return job;
+}
+
+absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view peer_addr,
+                                   absl::Time now, Effects* effects) {
+  MUSTER_RETURN_IF_ERROR(ValidateJobId(request.job_id()));
+  MUSTER_RETURN_IF_ERROR(ValidateJobConfig(request.config()));
+  const NodeInfo& info = request.node();
+  if (info.node_id().empty() || info.node_id().size() > kMaxNodeIdLength) {
+    return absl::InvalidArgumentError("a join needs a node id of 1..512 characters");
+  }
+  if (info.local_world_size() <= 0) {
+    return absl::InvalidArgumentError("a node needs at least one worker (local_world_size > 0)");
+  }
+
+  auto [it, created] = jobs_.try_emplace(request.job_id());
+  Job& job = it->second;
+  if (created) {
+    job.id = request.job_id();
+    job.config = request.config();
+    effects->log.push_back(absl::StrCat("job '", job.id, "' created: nodes ",
+                                        job.config.min_nodes(), ":", job.config.max_nodes(),
+                                        ", max_restarts ", job.config.max_restarts()));
+  }
+  if (job.phase == Phase::kClosed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", job.id, "' is closed (", job.close_reason,
+        "); start a new job with a different --rdzv-id"));
+  }
+  const JobConfig& want = job.config;
+  const JobConfig& got = request.config();
+  if (got.min_nodes() != want.min_nodes() || got.max_nodes() != want.max_nodes() ||
+      got.max_restarts() != want.max_restarts()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", job.id, "' runs with --nnodes ", want.min_nodes(), ":", want.max_nodes(),
+        " --max-restarts ", want.max_restarts(), ", but this node asked for --nnodes ",
+        got.min_nodes(), ":", got.max_nodes(), " --max-restarts ", got.max_restarts(),
+        "; give every node the same values, or use another --rdzv-id"));
+  }
+
+  Node& node = job.nodes[info.node_id()];
+  node.info = info;
+  node.addr = info.advertised_addr().empty() ? std::string(peer_addr) : info.advertised_addr();
+  node.last_seen = now;
+  node.join_seq = job.next_join_seq++;
+
+  if (job.phase == Phase::kOpen) {
+    if (job.joined.empty()) job.open_since = now;
+    job.joined.insert(info.node_id());
+    MaybeComplete(job, now, effects);
+    return absl::OkStatus();
+  }
+
+  // The round is running. A participant that joins again has lost its
+  // workers; anyone else waits for the next round.
+  const bool participant = std::find(job.participants.begin(), job.participants.end(),
+                                     info.node_id()) != job.participants.end();
+  job.waiting.insert(info.node_id());
+  if (!job.done.empty()) {
+    // Part of the job has finished: a new round would run it again.
+    effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
+                                        " waits; the running round is finishing"));
+  } else if (participant) {
+    OpenNextRound(job, RoundChanged::NODE_JOINED,
+                  absl::StrCat("node ", info.host(), " rejoined"), now, effects);
+  } else if (static_cast<int>(job.participants.size()) < job.config.max_nodes()) {
+    OpenNextRound(job, RoundChanged::NODE_JOINED,
+                  absl::StrCat("node ", info.host(), " joined"), now, effects);
+  } else {
+    effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
+                                        " waits; the running round is full (",
+                                        job.config.max_nodes(), " nodes)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> RendezvousState::Heartbeat(const NodeKey& key, absl::Time now) {
+  absl::StatusOr<Job*> job = FindLiveNode(key);
+  if (!job.ok()) return job.status();
+  (*job)->nodes[key.node_id].last_seen = now;
+  return (*job)->round;
+}
+
+absl::Status RendezvousState::ReportFailure(const NodeKey& key, int64_t round,
+                                            const Failure& failure, absl::Time now,
+                                            Effects* effects) {
+  absl::StatusOr<Job*> found = FindLiveNode(key);
+  if (!found.ok()) {
+    // A failure report racing the job's close is expected; the close already said it all.
+    return absl::IsFailedPrecondition(found.status()) ? absl::OkStatus() : found.status();
+  }
+  Job& job = **found;
+  job.nodes[key.node_id].last_seen = now;
+  if (round != job.round || job.phase != Phase::kRunning) {
+    return absl::OkStatus();  // stale: the job already moved on
+  }
+  const std::string detail = DescribeFailure(failure);
+  if (!job.done.empty()) {
+    Close(job, false,
+          absl::StrCat(detail, " after other nodes had finished; a partly finished job cannot restart"),
+          failure, effects);
+  } else if (job.restart_count < job.config.max_restarts()) {
+    ++job.restart_count;
+    OpenNextRound(job, RoundChanged::WORKER_FAILED,
+                  absl::StrCat(detail, "; restart ", job.restart_count, " of ",
+                               job.config.max_restarts()),
+                  now, effects);
+  } else {
+    Close(job, false,
+          absl::StrCat(detail, "; no restarts left (max_restarts ", job.config.max_restarts(), ")"),
+          failure, effects);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousState::ReportDone(const NodeKey& key, int64_t round, absl::Time now,
+                                         Effects* effects) {
+  absl::StatusOr<Job*> found = FindLiveNode(key);
+  if (!found.ok()) return found.status();
+  Job& job = **found;
+  job.nodes[key.node_id].last_seen = now;
+  if (round != job.round || job.phase != Phase::kRunning) {
+    return absl::AbortedError(absl::StrCat("round ", round, " is over; the job is in round ",
+                                           job.round));
+  }
+  job.done.insert(key.node_id);
+  if (job.done.size() == job.participants.size()) {
+    Close(job, true, "every node finished", std::nullopt, effects);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousState::Leave(const NodeKey& key, absl::string_view reason, absl::Time now,
+                                    Effects* effects) {
+  absl::StatusOr<Job*> found = FindLiveNode(key);
+  if (!found.ok()) {
+    return absl::IsFailedPrecondition(found.status()) ? absl::OkStatus() : found.status();
+  }
+  RemoveNode(**found, key.node_id,
+             absl::StrCat("left", reason.empty() ? "" : ": ", reason), now, effects);
+  return absl::OkStatus();
+}
+
+void RendezvousState::Advance(absl::Time now, Effects* effects) {
+  for (auto& [id, job] : jobs_) {
+    if (job.phase == Phase::kClosed) continue;
+    // Heartbeats first: a dead node must not complete a round.
+    if (job.config.heartbeat_timeout_ms() > 0) {
+      const absl::Duration timeout = absl::Milliseconds(job.config.heartbeat_timeout_ms());
+      std::vector<std::string> dead;
+      for (const auto& [node_id, node] : job.nodes) {
+        if (now - node.last_seen >= timeout) dead.push_back(node_id);
+      }
+      for (const std::string& node_id : dead) {
+        if (job.phase == Phase::kClosed) break;
+        RemoveNode(job, node_id,
+                   absl::StrCat("silent for ", FormatDuration(job.config.heartbeat_timeout_ms())),
+                   now, effects);
+      }
+    }
+    if (job.phase != Phase::kOpen) continue;
+    MaybeComplete(job, now, effects);
+    if (job.phase == Phase::kOpen && !job.joined.empty() &&
+        now - job.open_since >= absl::Milliseconds(job.config.join_timeout_ms())) {
+      std::set<std::string> missing;
+      for (const std::string& node_id : job.expected) {
+        if (!job.joined.contains(node_id)) missing.insert(node_id);
+      }
+      std::string missing_names = DescribeNodes(job, missing);
+      for (const std::string& host : job.lost) {
+        absl::StrAppend(&missing_names, missing_names.empty() ? "" : ", ", host, " (lost)");
+      }
+      std::string reason = absl::StrCat(
+          "join timeout: ", job.joined.size(), " of at least ", job.config.min_nodes(),
+          " nodes joined within ", FormatDuration(job.config.join_timeout_ms()));
+      if (!missing_names.empty()) absl::StrAppend(&reason, "; missing: ", missing_names);
+      Close(job, false, reason, std::nullopt, effects);
+    }
+  }
+}
+
+std::optional<absl::Time> RendezvousState::NextDeadline() const {
+  std::optional<absl::Time> next;
+  auto consider = [&next](absl::Time t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const auto& [id, job] : jobs_) {
+    if (job.phase == Phase::kClosed) continue;
+    if (job.config.heartbeat_timeout_ms() > 0) {
+      for (const auto& [node_id, node] : job.nodes) {
+        consider(node.last_seen + absl::Milliseconds(job.config.heartbeat_timeout_ms()));
+      }
+    }
+    if (job.phase == Phase::kOpen) {
+      if (job.last_call_deadline) consider(*job.last_call_deadline);
+      if (!job.joined.empty()) {
+        consider(job.open_since + absl::Milliseconds(job.config.join_timeout_ms()));
+      }
+    }
+  }
+  return next;
+}
+
+absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job '", job_id, "' on this server"));
+  }
+  const Job& job = it->second;
+  StatusResponse response;
+  response.set_job_id(job.id);
+  response.set_state(job.phase == Phase::kOpen      ? "open"
+                     : job.phase == Phase::kRunning ? "running"
+                                                    : "closed");
+  response.set_round(job.round);
+  response.set_restart_count(job.restart_count);
+  response.set_participants(job.phase == Phase::kOpen ? static_cast<int>(job.joined.size())
+                                                      : static_cast<int>(job.participants.size()));
+  response.set_waiting(static_cast<int>(job.waiting.size()));
+  *response.mutable_config() = job.config;
+  return response;
+}
+
+absl::StatusOr<std::optional<WatchEvent>> RendezvousState::CatchUp(const NodeKey& key,
+                                                                    int64_t known_round) const {
+  auto it = jobs_.find(key.job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job '", key.job_id, "' on this server"));
+  }
+  const Job& job = it->second;
+  if (job.phase == Phase::kClosed) return job.closed_event;
+  if (!job.nodes.contains(key.node_id)) {
+    return absl::NotFoundError(
+        absl::StrCat("node ", key.node_id, " is not part of job '", job.id, "'"));
+  }
+  if (job.round > known_round) {
+    if (job.last_round_change) return job.last_round_change;
+    return RoundChangedEvent(job.round, RoundChanged::REASON_UNSPECIFIED, "the job moved on");
+  }
+  return std::optional<WatchEvent>();
+}
+
+void RendezvousState::MaybeComplete(Job& job, absl::Time now, Effects* effects) {
+  const int joined = static_cast<int>(job.joined.size());
+  if (joined >= job.config.max_nodes()) {
+    CompleteRound(job, now, effects);
+    return;
+  }
+  if (joined < job.config.min_nodes()) {
+    job.last_call_deadline.reset();
+    return;
+  }
+  // A restart round is done as soon as everyone who was there is back.
+  if (!job.expected.empty() &&
+      std::all_of(job.expected.begin(), job.expected.end(),
+                  [&job](const std::string& id) { return job.joined.contains(id); })) {
+    CompleteRound(job, now, effects);
+    return;
+  }
+  if (!job.last_call_deadline) {
+    job.last_call_deadline = now + absl::Milliseconds(job.config.last_call_timeout_ms());
+    if (job.config.last_call_timeout_ms() > 0) {
+      effects->log.push_back(absl::StrCat("job '", job.id, "': ", joined, " nodes joined (min ",
+                                          job.config.min_nodes(), ", max ",
+                                          job.config.max_nodes(), "); last call ends in ",
+                                          FormatDuration(job.config.last_call_timeout_ms())));
+    }
+  }
+  if (now >= *job.last_call_deadline) CompleteRound(job, now, effects);
+}
+
+void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) {
+  std::vector<const Node*> order;
+  order.reserve(job.joined.size());
+  bool all_hinted = true;
+  for (const std::string& node_id : job.joined) {
+    const Node& node = job.nodes.at(node_id);
+    order.push_back(&node);
+    all_hinted = all_hinted && node.info.node_rank_hint() >= 0;
+  }
+  // Deterministic ranks: by node-rank hint where every node gives one, else by
+  // host name; join order breaks ties.
+  std::sort(order.begin(), order.end(), [all_hinted](const Node* a, const Node* b) {
+    if (all_hinted && a->info.node_rank_hint() != b->info.node_rank_hint()) {
+      return a->info.node_rank_hint() < b->info.node_rank_hint();
+    }
+    if (a->info.host() != b->info.host()) return a->info.host() < b->info.host();
+    return a->join_seq < b->join_seq;
+  });
+
+  int world_size = 0;
+  for (const Node* node : order) world_size += node->info.local_world_size();
+  const Node& master = *order.front();
+
+  job.participants.clear();
+  job.phase = Phase::kRunning;
+  job.joined.clear();
+  job.expected.clear();
+  job.done.clear();
+  job.lost.clear();
+  job.last_call_deadline.reset();
+  job.open_since = absl::InfiniteFuture();
+
+  int rank_base = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node& node = *order[i];
+    job.participants.push_back(node.info.node_id());
+    Assignment assignment;
+    assignment.set_round(job.round);
+    assignment.set_restart_count(job.restart_count);
+    assignment.set_max_restarts(job.config.max_restarts());
+    assignment.set_group_rank(static_cast<int>(i));
+    assignment.set_group_world_size(static_cast<int>(order.size()));
+    assignment.set_rank_base(rank_base);
+    assignment.set_world_size(world_size);
+    assignment.set_master_addr(master.addr);
+    assignment.set_master_port(master.info.master_port_candidate());
+    effects->assigned.emplace_back(NodeKey{job.id, node.info.node_id()}, std::move(assignment));
+    rank_base += node.info.local_world_size();
+  }
+  for (const std::string& node_id : job.participants) job.nodes[node_id].last_seen = now;
+  effects->log.push_back(absl::StrCat("job '", job.id, "' round ", job.round, ": ", order.size(),
+                                      " nodes, world size ", world_size, ", master ", master.addr,
+                                      ":", master.info.master_port_candidate(), ", restarts ",
+                                      job.restart_count, "/", job.config.max_restarts()));
+}
+
+void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
+                                    const std::string& detail, absl::Time now, Effects* effects) {
+  ++job.round;
+  job.phase = Phase::kOpen;
+  job.open_since = now;
+  job.last_call_deadline.reset();
+  job.done.clear();
+  job.expected.clear();
+  job.joined.clear();
+  const WatchEvent event = RoundChangedEvent(job.round, reason, detail);
+  job.last_round_change = event;
+  for (const std::string& node_id : job.participants) {
+    job.expected.insert(node_id);
+    effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
+  }
+  job.participants.clear();
+  // Waiting nodes are pending joins already: they are in this round, up to MAX.
+  for (auto it = job.waiting.begin(); it != job.waiting.end();) {
+    if (static_cast<int>(job.joined.size()) >= job.config.max_nodes()) break;
+    job.joined.insert(*it);
+    job.expected.erase(*it);  // already here
+    it = job.waiting.erase(it);
+  }
+  effects->log.push_back(absl::StrCat("job '", job.id, "' round ", job.round, " opened: ", detail));
+  if (!job.joined.empty()) MaybeComplete(job, now, effects);
+}
+
+void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
+                            const std::optional<Failure>& root_cause, Effects* effects) {
+  job.phase = Phase::kClosed;
+  job.succeeded = succeeded;
+  job.close_reason = reason;
+  WatchEvent event;
+  JobClosed* closed = event.mutable_job_closed();
+  closed->set_succeeded(succeeded);
+  closed->set_reason(reason);
+  if (root_cause) *closed->mutable_root_cause() = *root_cause;
+  job.closed_event = event;
+  for (const auto& [node_id, node] : job.nodes) {
+    effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
+  }
+  const absl::Status refused = absl::FailedPreconditionError(
+      absl::StrCat("job '", job.id, "' is closed (", reason, ")"));
+  for (const std::string& node_id : job.joined) {
+    effects->join_failed.emplace_back(NodeKey{job.id, node_id}, refused);
+  }
+  for (const std::string& node_id : job.waiting) {
+    effects->join_failed.emplace_back(NodeKey{job.id, node_id}, refused);
+  }
+  job.joined.clear();
+  job.waiting.clear();
+  job.expected.clear();
+  job.last_call_deadline.reset();
+  effects->log.push_back(absl::StrCat("job '", job.id, "' closed, ",
+                                      succeeded ? "succeeded" : "failed", ": ", reason));
+}
+
+void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std::string& why,
+                                 absl::Time now, Effects* effects) {
+  auto node_it = job.nodes.find(node_id);
+  if (node_it == job.nodes.end()) return;
+  const std::string host = node_it->second.info.host();
+  job.nodes.erase(node_it);
+  job.lost.push_back(host);
+  job.waiting.erase(node_id);
+  job.expected.erase(node_id);
+  job.done.erase(node_id);
+  const std::string detail = absl::StrCat("node ", host, " ", why);
+  if (job.joined.erase(node_id) > 0) {
+    effects->join_failed.emplace_back(
+        NodeKey{job.id, node_id},
+        absl::AbortedError(absl::StrCat("removed from job '", job.id, "': ", detail)));
+  }
+  auto participant = std::find(job.participants.begin(), job.participants.end(), node_id);
+  if (job.phase == Phase::kRunning && participant != job.participants.end()) {
+    job.participants.erase(participant);
+    if (job.participants.empty() && job.waiting.empty()) {
+      Close(job, false, absl::StrCat(detail, "; no nodes left"), std::nullopt, effects);
+      return;
+    }
+    OpenNextRound(job, RoundChanged::NODE_LOST, detail, now, effects);
+    return;
+  }
+  effects->log.push_back(absl::StrCat("job '", job.id, "': ", detail));
+  if (job.phase == Phase::kOpen) {
+    if (job.joined.empty() && job.expected.empty() && job.waiting.empty() &&
+        job.participants.empty()) {
+      job.open_since = absl::InfiniteFuture();
+    }
+    MaybeComplete(job, now, effects);
+  }
+}
+
+std::string RendezvousState::DescribeNodes(const Job& job, const std::set<std::string>& ids) const {
+  std::vector<std::string> names;
+  for (const std::string& id : ids) {
+    auto it = job.nodes.find(id);
+    names.push_back(it == job.nodes.end() ? id : it->second.info.host());
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace muster::rdzv

@@ -1,0 +1,691 @@
+#include "launcher/options.h"
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace muster {
+namespace {
+
+using ::std::chrono::milliseconds;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::MatchesRegex;
+using ::testing::Not;
+
+using Env = std::map<std::string, std::string>;
+
+// Parses `muster <args...>` with `env` as the whole environment.
+absl::StatusOr<ParsedCommandLine> Parse(std::vector<std::string> args, const Env& env = {}) {
+  args.insert(args.begin(), "muster");
+  return ParseCommandLine(args, [env](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+// The config for `muster <args...>`, which must parse.
+LaunchConfig Config(const std::vector<std::string>& args, const Env& env = {}) {
+  absl::StatusOr<ParsedCommandLine> parsed = Parse(args, env);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  if (!parsed.ok()) return LaunchConfig{};
+  EXPECT_FALSE(parsed->help.has_value());
+  EXPECT_FALSE(parsed->version);
+  return parsed->config;
+}
+
+// The error message for `muster <args...>`, which must fail with InvalidArgument and one line.
+std::string Error(const std::vector<std::string>& args, const Env& env = {}) {
+  absl::StatusOr<ParsedCommandLine> parsed = Parse(args, env);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << parsed.status();
+  std::string message(parsed.status().message());
+  EXPECT_THAT(message, Not(HasSubstr("\n")));
+  return message;
+}
+
+TEST(ParseCommandLineTest, DefaultsMatchTorchrun) {
+  LaunchConfig config = Config({"train.py"});
+  EXPECT_EQ(config.min_nodes, 1);
+  EXPECT_EQ(config.max_nodes, 1);
+  EXPECT_EQ(config.nproc_kind, NprocKind::kCount);
+  EXPECT_EQ(config.nproc_per_node, 1);
+  EXPECT_EQ(config.rdzv_backend, RdzvBackend::kStatic);
+  EXPECT_EQ(config.rdzv_endpoint, "");
+  EXPECT_EQ(config.rdzv_id, "none");
+  EXPECT_EQ(config.rdzv_conf.join_timeout, milliseconds(600'000));
+  EXPECT_EQ(config.rdzv_conf.last_call_timeout, milliseconds(30'000));
+  EXPECT_EQ(config.rdzv_conf.close_timeout, milliseconds(30'000));
+  EXPECT_EQ(config.rdzv_conf.keep_alive_interval, milliseconds(5'000));
+  EXPECT_EQ(config.rdzv_conf.keep_alive_max_attempt, 3);
+  EXPECT_EQ(config.rdzv_conf.read_timeout, milliseconds(60'000));
+  EXPECT_FALSE(config.rdzv_conf.is_host.has_value());
+  EXPECT_FALSE(config.standalone);
+  EXPECT_EQ(config.max_restarts, 0);
+  EXPECT_DOUBLE_EQ(config.monitor_interval_s, 0.1);
+  EXPECT_EQ(config.start_method, "spawn");
+  EXPECT_EQ(config.role, "default");
+  EXPECT_FALSE(config.module);
+  EXPECT_FALSE(config.no_python);
+  EXPECT_FALSE(config.run_path);
+  EXPECT_EQ(config.log_dir, "");
+  EXPECT_FALSE(config.redirects.For(0).out || config.redirects.For(0).err);
+  EXPECT_FALSE(config.tee.For(0).out || config.tee.For(0).err);
+  EXPECT_FALSE(config.local_ranks_filter.has_value());
+  EXPECT_EQ(config.node_rank, 0);
+  EXPECT_FALSE(config.node_rank_given);
+  EXPECT_EQ(config.master_addr, "127.0.0.1");
+  EXPECT_EQ(config.master_port, 29500);
+  EXPECT_EQ(config.local_addr, "");
+  EXPECT_EQ(config.shutdown_grace, milliseconds(30'000));
+  EXPECT_EQ(config.script, "train.py");
+  EXPECT_THAT(config.script_args, IsEmpty());
+}
+
+// One option, every way of spelling it, and what a value does to the config.
+struct OptionCase {
+  std::vector<std::string> spellings;
+  std::string env;
+  std::string value;  // empty for a flag
+  std::function<void(const LaunchConfig&)> check;
+};
+
+std::vector<OptionCase> AllOptions() {
+  return {
+      {{"--nnodes"},
+       "PET_NNODES",
+       "2:4",
+       [](const LaunchConfig& c) {
+         EXPECT_EQ(c.min_nodes, 2);
+         EXPECT_EQ(c.max_nodes, 4);
+       }},
+      {{"--nproc-per-node", "--nproc_per_node"},
+       "PET_NPROC_PER_NODE",
+       "4",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.nproc_per_node, 4); }},
+      {{"--node-rank", "--node_rank"},
+       "PET_NODE_RANK",
+       "3",
+       [](const LaunchConfig& c) {
+         EXPECT_EQ(c.node_rank, 3);
+         EXPECT_TRUE(c.node_rank_given);
+       }},
+      {{"--local-addr", "--local_addr"},
+       "PET_LOCAL_ADDR",
+       "10.0.0.5",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.local_addr, "10.0.0.5"); }},
+      {{"--rdzv-backend", "--rdzv_backend"},
+       "PET_RDZV_BACKEND",
+       "c10d",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.rdzv_backend, RdzvBackend::kMuster); }},
+      {{"--rdzv-endpoint", "--rdzv_endpoint"},
+       "PET_RDZV_ENDPOINT",
+       "node1:29400",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.rdzv_endpoint, "node1:29400"); }},
+      {{"--rdzv-id", "--rdzv_id"},
+       "PET_RDZV_ID",
+       "job7",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.rdzv_id, "job7"); }},
+      {{"--rdzv-conf", "--rdzv_conf"},
+       "PET_RDZV_CONF",
+       "join_timeout=5",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.rdzv_conf.join_timeout, milliseconds(5000)); }},
+      {{"--standalone"},
+       "PET_STANDALONE",
+       "",
+       [](const LaunchConfig& c) { EXPECT_TRUE(c.standalone); }},
+      {{"--master-addr", "--master_addr"},
+       "PET_MASTER_ADDR",
+       "10.1.1.1",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.master_addr, "10.1.1.1"); }},
+      {{"--master-port", "--master_port"},
+       "PET_MASTER_PORT",
+       "1234",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.master_port, 1234); }},
+      {{"-m", "--module"}, "PET_MODULE", "", [](const LaunchConfig& c) { EXPECT_TRUE(c.module); }},
+      {{"--no-python", "--no_python"},
+       "PET_NO_PYTHON",
+       "",
+       [](const LaunchConfig& c) { EXPECT_TRUE(c.no_python); }},
+      {{"--run-path", "--run_path"},
+       "PET_RUN_PATH",
+       "",
+       [](const LaunchConfig& c) { EXPECT_TRUE(c.run_path); }},
+      {{"--role"},
+       "PET_ROLE",
+       "trainer",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.role, "trainer"); }},
+      {{"--start-method", "--start_method"},
+       "PET_START_METHOD",
+       "fork",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.start_method, "fork"); }},
+      {{"--max-restarts", "--max_restarts"},
+       "PET_MAX_RESTARTS",
+       "3",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.max_restarts, 3); }},
+      {{"--monitor-interval", "--monitor_interval"},
+       "PET_MONITOR_INTERVAL",
+       "0.5",
+       [](const LaunchConfig& c) { EXPECT_DOUBLE_EQ(c.monitor_interval_s, 0.5); }},
+      {{"--shutdown-timeout", "--shutdown_timeout"},
+       "PET_SHUTDOWN_TIMEOUT",
+       "2.5",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.shutdown_grace, milliseconds(2500)); }},
+      {{"--log-dir", "--log_dir"},
+       "PET_LOG_DIR",
+       "/tmp/logs",
+       [](const LaunchConfig& c) { EXPECT_EQ(c.log_dir, "/tmp/logs"); }},
+      {{"-r", "--redirects"},
+       "PET_REDIRECTS",
+       "3",
+       [](const LaunchConfig& c) {
+         EXPECT_TRUE(c.redirects.For(5).out);
+         EXPECT_TRUE(c.redirects.For(5).err);
+       }},
+      {{"-t", "--tee"},
+       "PET_TEE",
+       "2",
+       [](const LaunchConfig& c) {
+         EXPECT_FALSE(c.tee.For(0).out);
+         EXPECT_TRUE(c.tee.For(0).err);
+       }},
+      {{"--local-ranks-filter", "--local_ranks_filter"},
+       "PET_LOCAL_RANKS_FILTER",
+       "0,3",
+       [](const LaunchConfig& c) {
+         EXPECT_EQ(c.local_ranks_filter, (std::set<int>{0, 3}));
+       }},
+  };
+}
+
+TEST(ParseCommandLineTest, EverySpellingAndFormOfEveryOption) {
+  for (const OptionCase& option : AllOptions()) {
+    for (const std::string& spelling : option.spellings) {
+      std::vector<std::vector<std::string>> forms;
+      if (option.value.empty()) {
+        forms.push_back({spelling});
+      } else if (spelling.size() == 2) {  // -r 3 and -r3
+        forms.push_back({spelling, option.value});
+        forms.push_back({spelling + option.value});
+      } else {  // --opt value and --opt=value
+        forms.push_back({spelling, option.value});
+        forms.push_back({spelling + "=" + option.value});
+      }
+      for (std::vector<std::string> args : forms) {
+        SCOPED_TRACE(testing::PrintToString(args));
+        args.push_back("train.py");
+        option.check(Config(args));
+      }
+    }
+  }
+}
+
+TEST(ParseCommandLineTest, EveryOptionFromItsPetVariable) {
+  for (const OptionCase& option : AllOptions()) {
+    SCOPED_TRACE(option.env);
+    option.check(Config({"train.py"}, {{option.env, option.value.empty() ? "1" : option.value}}));
+  }
+}
+
+TEST(ParseCommandLineTest, CommandLineWinsOverEnvironment) {
+  LaunchConfig config =
+      Config({"--nproc-per-node", "2", "--rdzv-id=cli", "train.py"},
+             {{"PET_NPROC_PER_NODE", "8"}, {"PET_RDZV_ID", "env"}, {"PET_MAX_RESTARTS", "4"}});
+  EXPECT_EQ(config.nproc_per_node, 2);
+  EXPECT_EQ(config.rdzv_id, "cli");
+  EXPECT_EQ(config.max_restarts, 4);  // not on the command line, so from the environment
+}
+
+TEST(ParseCommandLineTest, EnvironmentValueOverriddenOnCommandLineIsNotChecked) {
+  EXPECT_EQ(Config({"--nnodes", "2", "train.py"}, {{"PET_NNODES", "garbage"}}).max_nodes, 2);
+}
+
+TEST(ParseCommandLineTest, EmptyEnvironmentVariableCountsAsUnset) {
+  LaunchConfig config = Config({"train.py"}, {{"PET_NNODES", ""}, {"PET_STANDALONE", ""}});
+  EXPECT_EQ(config.max_nodes, 1);
+  EXPECT_FALSE(config.standalone);
+}
+
+TEST(ParseCommandLineTest, EnvironmentFlagValues) {
+  EXPECT_FALSE(Config({"train.py"}, {{"PET_STANDALONE", "0"}}).standalone);
+  EXPECT_FALSE(Config({"train.py"}, {{"PET_NO_PYTHON", "false"}}).no_python);
+  EXPECT_TRUE(Config({"train.py"}, {{"PET_NO_PYTHON", "TRUE"}}).no_python);
+  EXPECT_THAT(
+      Error({"train.py"}, {{"PET_STANDALONE", "yes"}}),
+      AllOf(HasSubstr("PET_STANDALONE=yes"), HasSubstr("--standalone"), HasSubstr("1 or 0")));
+}
+
+TEST(ParseCommandLineTest, ErrorFromEnvironmentNamesVariableAndOption) {
+  EXPECT_THAT(Error({"train.py"}, {{"PET_NNODES", "3:1"}}),
+              AllOf(HasSubstr("PET_NNODES=3:1"), HasSubstr("--nnodes"),
+                    HasSubstr("MIN is greater than MAX")));
+}
+
+TEST(ParseCommandLineTest, NullEnvLookupMeansNoEnvironment) {
+  absl::StatusOr<ParsedCommandLine> parsed = ParseCommandLine({"muster", "train.py"}, nullptr);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->config.script, "train.py");
+}
+
+TEST(ParseCommandLineTest, LastOccurrenceWins) {
+  LaunchConfig config = Config({"--nnodes", "2", "--nnodes=3", "train.py"});
+  EXPECT_EQ(config.max_nodes, 3);
+}
+
+TEST(ParseCommandLineTest, ScriptArgsPassedUntouchedEvenWhenOptionLike) {
+  LaunchConfig config =
+      Config({"--nnodes", "2", "x.py", "--nnodes", "5", "-m", "--help", "--", "--nnodes=", "a b"});
+  EXPECT_EQ(config.max_nodes, 2);
+  EXPECT_FALSE(config.module);
+  EXPECT_EQ(config.script, "x.py");
+  EXPECT_THAT(config.script_args,
+              ElementsAre("--nnodes", "5", "-m", "--help", "--", "--nnodes=", "a b"));
+}
+
+TEST(ParseCommandLineTest, ModuleNameIsTheScript) {
+  LaunchConfig config = Config({"-m", "pkg.train", "--lr", "0.1"});
+  EXPECT_TRUE(config.module);
+  EXPECT_EQ(config.script, "pkg.train");
+  EXPECT_THAT(config.script_args, ElementsAre("--lr", "0.1"));
+}
+
+TEST(ParseCommandLineTest, DoubleDashEndsOptions) {
+  LaunchConfig config = Config({"--nnodes", "2", "--", "--weird-script", "a"});
+  EXPECT_EQ(config.script, "--weird-script");
+  EXPECT_THAT(config.script_args, ElementsAre("a"));
+}
+
+TEST(ParseCommandLineTest, EmptyValueAfterEqualsDoesNotTakeTheScript) {
+  LaunchConfig config = Config({"--rdzv-endpoint=", "--log-dir=", "train.py", "a"});
+  EXPECT_EQ(config.rdzv_endpoint, "");
+  EXPECT_EQ(config.log_dir, "");
+  EXPECT_EQ(config.script, "train.py");
+  EXPECT_THAT(config.script_args, ElementsAre("a"));
+}
+
+TEST(ParseCommandLineTest, UnknownOptionBeforeScript) {
+  EXPECT_EQ(Error({"--foo", "train.py"}),
+            "unknown option --foo; muster's own options go before the script, see muster --help");
+  EXPECT_THAT(Error({"--foo=3", "train.py"}), HasSubstr("unknown option --foo;"));
+  EXPECT_THAT(Error({"-x", "train.py"}), HasSubstr("unknown option -x;"));
+  EXPECT_THAT(Error({"--nnodes", "2", "--bogus", "train.py", "--ok"}),
+              HasSubstr("unknown option --bogus"));
+}
+
+TEST(ParseCommandLineTest, UnknownOptionSuggestsCloseMatch) {
+  EXPECT_THAT(Error({"--nproc", "4", "train.py"}), HasSubstr("did you mean --nproc-per-node?"));
+  EXPECT_THAT(Error({"--max-restart=3", "train.py"}), HasSubstr("did you mean --max-restarts?"));
+}
+
+TEST(ParseCommandLineTest, NoScript) {
+  const std::string expected = "no training script given; usage: muster [options] SCRIPT [args...]";
+  EXPECT_EQ(Error({"--standalone"}), expected);
+  EXPECT_EQ(Error({}), expected);
+  EXPECT_EQ(Error({"--nnodes", "2", "--"}), expected);
+  EXPECT_EQ(Error({"-m"}), expected);
+  absl::StatusOr<ParsedCommandLine> no_program_name = ParseCommandLine({}, nullptr);
+  EXPECT_EQ(no_program_name.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParseCommandLineTest, OptionWithoutValueAtTheEnd) {
+  EXPECT_THAT(Error({"--nnodes"}),
+              AllOf(HasSubstr("--nnodes needs a value"), HasSubstr("--nnodes N|MIN:MAX")));
+  EXPECT_THAT(Error({"--nnodes", "2", "-r"}), HasSubstr("--redirects needs a value"));
+  EXPECT_THAT(Error({"--rdzv_conf"}), HasSubstr("--rdzv-conf needs a value"));
+  EXPECT_THAT(Error({"-mr"}), HasSubstr("--redirects needs a value"));
+}
+
+TEST(ParseCommandLineTest, OptionWhoseValueIsAnotherOption) {
+  EXPECT_THAT(Error({"--rdzv-id", "--standalone", "train.py"}),
+              AllOf(HasSubstr("--rdzv-id is missing its value"), HasSubstr("--standalone")));
+  EXPECT_THAT(Error({"--log-dir", "-m", "train.py"}), HasSubstr("--log-dir is missing its value"));
+}
+
+TEST(ParseCommandLineTest, Nnodes) {
+  LaunchConfig single = Config({"--nnodes", "3", "train.py"});
+  EXPECT_EQ(single.min_nodes, 3);
+  EXPECT_EQ(single.max_nodes, 3);
+  LaunchConfig range = Config({"--nnodes=1:8", "train.py"});
+  EXPECT_EQ(range.min_nodes, 1);
+  EXPECT_EQ(range.max_nodes, 8);
+}
+
+TEST(ParseCommandLineTest, NnodesErrors) {
+  EXPECT_EQ(
+      Error({"--nnodes", "3:1", "train.py"}),
+      "--nnodes 3:1: MIN is greater than MAX; give --nnodes N or MIN:MAX with 0 < MIN <= MAX");
+  for (const std::string bad : {"0", "a", "1:", ":2", "-1", "0:2", "1:2:3", "", "2.5"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Error({"--nnodes", bad, "train.py"}),
+                AllOf(HasSubstr("--nnodes"), HasSubstr("give --nnodes N or MIN:MAX")));
+  }
+}
+
+TEST(ParseCommandLineTest, NprocPerNodeKinds) {
+  EXPECT_EQ(Config({"--nproc-per-node", "gpu", "t.py"}).nproc_kind, NprocKind::kGpu);
+  EXPECT_EQ(Config({"--nproc-per-node", "cpu", "t.py"}).nproc_kind, NprocKind::kCpu);
+  EXPECT_EQ(Config({"--nproc-per-node", "auto", "t.py"}).nproc_kind, NprocKind::kAuto);
+  LaunchConfig count = Config({"--nproc_per_node=8", "t.py"});
+  EXPECT_EQ(count.nproc_kind, NprocKind::kCount);
+  EXPECT_EQ(count.nproc_per_node, 8);
+}
+
+TEST(ParseCommandLineTest, NprocPerNodeErrors) {
+  for (const std::string bad : {"0", "-2", "x", "GPU", "99999999999999999999"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Error({"--nproc-per-node", bad, "t.py"}),
+                AllOf(HasSubstr("--nproc-per-node " + bad + ":"), HasSubstr("gpu, cpu or auto")));
+  }
+}
+
+TEST(ParseCommandLineTest, RdzvBackends) {
+  EXPECT_EQ(Config({"--rdzv-backend", "static", "t.py"}).rdzv_backend, RdzvBackend::kStatic);
+  EXPECT_EQ(Config({"--rdzv-backend", "c10d", "t.py"}).rdzv_backend, RdzvBackend::kMuster);
+  EXPECT_EQ(Config({"--rdzv-backend", "muster", "t.py"}).rdzv_backend, RdzvBackend::kMuster);
+  EXPECT_THAT(Error({"--rdzv-backend", "etcd", "t.py"}),
+              AllOf(HasSubstr("--rdzv-backend etcd"), HasSubstr("static, c10d or muster")));
+}
+
+TEST(ParseCommandLineTest, RdzvEndpointShapesKeptAsGiven) {
+  for (const std::string good : {"node1", "node1:29400", "10.0.0.1:0", "[::1]", "[::1]:29400",
+                                 "[fe80::1%eth0]:1", "my_host.example.com:65535"}) {
+    SCOPED_TRACE(good);
+    EXPECT_EQ(Config({"--rdzv-endpoint", good, "t.py"}).rdzv_endpoint, good);
+  }
+}
+
+TEST(ParseCommandLineTest, RdzvEndpointErrors) {
+  for (const std::string bad :
+       {"::1:29400", "host:", "host:65536", "host:x", "host:-1", ":29400", "[::1", "[::1]x", "[]:1",
+        "[host]:1", "ho st:1", "a/b", "host: 5", "host:+5"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Error({"--rdzv-endpoint", bad, "t.py"}),
+                AllOf(HasSubstr("--rdzv-endpoint"), HasSubstr("HOST[:PORT] or [IPV6][:PORT]")));
+  }
+  EXPECT_THAT(Error({"--rdzv-endpoint", "fe80::1", "t.py"}), HasSubstr("in brackets"));
+}
+
+TEST(ParseCommandLineTest, RdzvConfValues) {
+  LaunchConfig config =
+      Config({"--rdzv-conf",
+              "join_timeout=900, last_call_timeout=0.5,close_timeout=0,heartbeat_timeout=12,"
+              "keep_alive_interval=1.25,read_timeout=7,keep_alive_max_attempt=9,is_host=true",
+              "t.py"});
+  EXPECT_EQ(config.rdzv_conf.join_timeout, milliseconds(900'000));
+  EXPECT_EQ(config.rdzv_conf.last_call_timeout, milliseconds(500));
+  EXPECT_EQ(config.rdzv_conf.close_timeout, milliseconds(0));
+  EXPECT_EQ(config.rdzv_conf.heartbeat_timeout, milliseconds(12'000));
+  EXPECT_EQ(config.rdzv_conf.keep_alive_interval, milliseconds(1250));
+  EXPECT_EQ(config.rdzv_conf.read_timeout, milliseconds(7000));
+  EXPECT_EQ(config.rdzv_conf.keep_alive_max_attempt, 9);
+  EXPECT_EQ(config.rdzv_conf.is_host, true);
+  EXPECT_EQ(Config({"--rdzv-conf", "is_host=0", "t.py"}).rdzv_conf.is_host, false);
+  // Keys not given keep their defaults; an empty value is no configuration.
+  EXPECT_EQ(Config({"--rdzv-conf", "is_host=0", "t.py"}).rdzv_conf.join_timeout,
+            milliseconds(600'000));
+  EXPECT_EQ(Config({"--rdzv-conf=", "t.py"}).rdzv_conf.join_timeout, milliseconds(600'000));
+}
+
+TEST(ParseCommandLineTest, RdzvConfErrorsNameTheKeyAndListTheKeys) {
+  struct Case {
+    std::string conf;
+    std::string named;
+  };
+  for (const Case& c : std::vector<Case>{{"join_timeout", "join_timeout"},
+                                         {"timeout=5", "timeout"},
+                                         {"join_timeout=abc", "join_timeout"},
+                                         {"join_timeout=-1", "join_timeout"},
+                                         {"join_timeout=", "join_timeout"},
+                                         {"read_timeout=inf", "read_timeout"},
+                                         {"keep_alive_max_attempt=0", "keep_alive_max_attempt"},
+                                         {"keep_alive_max_attempt=1.5", "keep_alive_max_attempt"},
+                                         {"is_host=maybe", "is_host"},
+                                         {"=5", "=5"},
+                                         {"is_host=1,", "empty entry"}}) {
+    SCOPED_TRACE(c.conf);
+    EXPECT_THAT(Error({"--rdzv-conf", c.conf, "t.py"}),
+                AllOf(HasSubstr("--rdzv-conf"), HasSubstr(c.named),
+                      HasSubstr("keys: join_timeout, last_call_timeout"),
+                      HasSubstr("keep_alive_max_attempt (integer >= 1)")));
+  }
+}
+
+TEST(ParseCommandLineTest, StandaloneSetsEmbeddedRendezvous) {
+  absl::StatusOr<ParsedCommandLine> first = Parse({"--standalone", "t.py"});
+  absl::StatusOr<ParsedCommandLine> second = Parse({"--standalone", "t.py"});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(first->config.standalone);
+  EXPECT_EQ(first->config.rdzv_backend, RdzvBackend::kMuster);
+  EXPECT_EQ(first->config.rdzv_endpoint, "localhost:0");
+  EXPECT_THAT(first->config.rdzv_id, MatchesRegex("[0-9a-f]{16}"));
+  EXPECT_NE(first->config.rdzv_id, second->config.rdzv_id);
+  EXPECT_THAT(first->warnings, IsEmpty());
+}
+
+TEST(ParseCommandLineTest, StandaloneAcceptsOneNode) {
+  EXPECT_TRUE(Config({"--standalone", "--nnodes", "1", "t.py"}).standalone);
+  EXPECT_TRUE(Config({"--standalone", "--nnodes=1:1", "t.py"}).standalone);
+}
+
+TEST(ParseCommandLineTest, StandaloneRejectsSeveralNodes) {
+  for (const std::string nodes : {"2", "1:2"}) {
+    SCOPED_TRACE(nodes);
+    EXPECT_THAT(Error({"--standalone", "--nnodes", nodes, "t.py"}),
+                AllOf(HasSubstr("--nnodes " + nodes),
+                      HasSubstr("--standalone runs exactly one node"), HasSubstr("drop --nnodes")));
+  }
+  EXPECT_THAT(Error({"--nnodes", "2", "t.py"}, {{"PET_STANDALONE", "1"}}),
+              HasSubstr("--standalone runs exactly one node"));
+}
+
+TEST(ParseCommandLineTest, StandaloneOverridesRdzvOptionsWithWarnings) {
+  absl::StatusOr<ParsedCommandLine> parsed =
+      Parse({"--standalone", "--rdzv-backend", "etcd", "--rdzv-endpoint", "node9:1", "t.py"},
+            {{"PET_RDZV_ID", "job"}});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->config.rdzv_backend, RdzvBackend::kMuster);
+  EXPECT_EQ(parsed->config.rdzv_endpoint, "localhost:0");
+  EXPECT_NE(parsed->config.rdzv_id, "job");
+  EXPECT_THAT(parsed->warnings,
+              ElementsAre(HasSubstr("--standalone ignores --rdzv-backend etcd"),
+                          HasSubstr("--standalone ignores --rdzv-endpoint node9:1"),
+                          AllOf(HasSubstr("PET_RDZV_ID=job"), HasSubstr("--rdzv-id"))));
+}
+
+TEST(ParseCommandLineTest, FlagGivenAValue) {
+  EXPECT_FALSE(Config({"--standalone=false", "t.py"}).standalone);
+  EXPECT_TRUE(Config({"--standalone=1", "t.py"}).standalone);
+  EXPECT_THAT(Error({"--standalone=maybe", "t.py"}),
+              AllOf(HasSubstr("--standalone=maybe"), HasSubstr("a flag takes no value")));
+}
+
+TEST(ParseCommandLineTest, MaxRestartsErrors) {
+  for (const std::string bad : {"-1", "x", "1.5"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Error({"--max-restarts", bad, "t.py"}),
+                AllOf(HasSubstr("--max-restarts " + bad), HasSubstr("N >= 0")));
+  }
+}
+
+TEST(ParseCommandLineTest, MonitorIntervalErrors) {
+  for (const std::string bad : {"0", "-1", "x", "nan"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Error({"--monitor-interval", bad, "t.py"}), HasSubstr("--monitor-interval " + bad));
+  }
+}
+
+TEST(ParseCommandLineTest, StartMethodAndRole) {
+  EXPECT_EQ(Config({"--start-method", "forkserver", "t.py"}).start_method, "forkserver");
+  EXPECT_THAT(Error({"--start-method", "thread", "t.py"}),
+              AllOf(HasSubstr("--start-method thread"), HasSubstr("spawn, fork or forkserver")));
+  EXPECT_THAT(Error({"--role=", "t.py"}), HasSubstr("--role ''"));
+}
+
+TEST(ParseCommandLineTest, ModuleAndNoPythonConflict) {
+  const std::string expected =
+      "-m and --no-python cannot be used together: -m runs python -m MODULE, --no-python runs "
+      "SCRIPT directly";
+  EXPECT_THAT(Error({"-m", "--no-python", "pkg"}), HasSubstr(expected));
+  EXPECT_THAT(Error({"--module", "pkg"}, {{"PET_NO_PYTHON", "1"}}), HasSubstr(expected));
+  EXPECT_TRUE(Config({"--run-path", "--no-python", "t.py"}).run_path);
+}
+
+TEST(ParseCommandLineTest, RedirectsEveryRank) {
+  LaunchConfig config = Config({"-r", "1", "--tee=0", "t.py"});
+  EXPECT_TRUE(config.redirects.For(0).out);
+  EXPECT_FALSE(config.redirects.For(0).err);
+  EXPECT_TRUE(config.redirects.For(7).out);
+  EXPECT_FALSE(config.tee.For(0).out || config.tee.For(0).err);
+}
+
+TEST(ParseCommandLineTest, RedirectsPerRank) {
+  LaunchConfig config = Config({"-r", "0:1,1:2", "-t", " 3 : 3 ", "t.py"});
+  ASSERT_FALSE(config.redirects.all.has_value());
+  EXPECT_EQ(config.redirects.per_rank.size(), 2u);
+  EXPECT_TRUE(config.redirects.For(0).out);
+  EXPECT_FALSE(config.redirects.For(0).err);
+  EXPECT_FALSE(config.redirects.For(1).out);
+  EXPECT_TRUE(config.redirects.For(1).err);
+  EXPECT_FALSE(config.redirects.For(2).out || config.redirects.For(2).err);
+  EXPECT_TRUE(config.tee.For(3).out && config.tee.For(3).err);
+}
+
+TEST(ParseCommandLineTest, RedirectsErrors) {
+  for (const std::string bad : {"7", "a", "0:9", "x:1", "-1:1", "0:1,0:2", "0:1:2", "", "0:1,"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(
+        Error({"-r", bad, "t.py"}),
+        AllOf(HasSubstr("--redirects"), HasSubstr("LOCAL_RANK:VALUE pairs such as 0:1,1:2")));
+    EXPECT_THAT(Error({"--tee", bad, "t.py"}),
+                AllOf(HasSubstr("--tee"), HasSubstr("give --tee 0")));
+  }
+}
+
+TEST(ParseCommandLineTest, LocalRanksFilter) {
+  EXPECT_EQ(Config({"--local-ranks-filter", "0", "t.py"}).local_ranks_filter, std::set<int>{0});
+  EXPECT_EQ(Config({"--local-ranks-filter", " 3, 0 ", "t.py"}).local_ranks_filter,
+            (std::set<int>{0, 3}));
+  EXPECT_FALSE(Config({"--local-ranks-filter=", "t.py"}).local_ranks_filter.has_value());
+  for (const std::string bad : {"a", "-1", "0,,1", "1.5"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Error({"--local-ranks-filter", bad, "t.py"}),
+                AllOf(HasSubstr("--local-ranks-filter"), HasSubstr("e.g. 0 or 0,3")));
+  }
+}
+
+TEST(ParseCommandLineTest, NodeRankAndStaticRendezvousAddresses) {
+  LaunchConfig config =
+      Config({"--node-rank", "0", "--master-addr", "[::1]", "--master-port", "65535", "t.py"});
+  EXPECT_TRUE(config.node_rank_given);  // given, even though it equals the default
+  EXPECT_EQ(config.master_addr, "[::1]");
+  EXPECT_EQ(config.master_port, 65535);
+  EXPECT_THAT(Error({"--node-rank", "-1", "t.py"}),
+              HasSubstr("--node-rank -1: must be at least 0"));
+  for (const std::string bad : {"0", "65536", "x"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Error({"--master-port", bad, "t.py"}),
+                AllOf(HasSubstr("--master-port " + bad), HasSubstr("1..65535")));
+  }
+  EXPECT_THAT(Error({"--master-addr", "", "t.py"}), HasSubstr("--master-addr ''"));
+}
+
+TEST(ParseCommandLineTest, ShutdownGraceSources) {
+  EXPECT_EQ(Config({"t.py"}).shutdown_grace, milliseconds(30'000));
+  EXPECT_EQ(Config({"t.py"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5"}}).shutdown_grace,
+            milliseconds(5000));
+  EXPECT_EQ(
+      Config({"t.py"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5"}, {"PET_SHUTDOWN_TIMEOUT", "6"}})
+          .shutdown_grace,
+      milliseconds(6000));
+  EXPECT_EQ(Config({"--shutdown-timeout", "0.25", "t.py"},
+                   {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5"}, {"PET_SHUTDOWN_TIMEOUT", "6"}})
+                .shutdown_grace,
+            milliseconds(250));
+  EXPECT_EQ(Config({"--shutdown-timeout=0", "t.py"}).shutdown_grace, milliseconds(0));
+}
+
+TEST(ParseCommandLineTest, ShutdownGraceErrors) {
+  EXPECT_THAT(Error({"--shutdown-timeout", "-1", "t.py"}),
+              AllOf(HasSubstr("--shutdown-timeout -1"), HasSubstr("must be 0 or more")));
+  EXPECT_THAT(Error({"--shutdown-timeout", "1e12", "t.py"}), HasSubstr("must be at most"));
+  EXPECT_THAT(Error({"t.py"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon"}}),
+              AllOf(HasSubstr("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon"),
+                    HasSubstr("not a number of seconds")));
+}
+
+TEST(ParseCommandLineTest, HelpListsEveryOption) {
+  absl::StatusOr<ParsedCommandLine> parsed = Parse({"--help"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->help.has_value());
+  const std::string& help = *parsed->help;
+  for (const OptionCase& option : AllOptions()) {
+    // The dashed long spelling: "-m" and "--module" are listed as "-m, --module".
+    const std::string& name =
+        option.spellings.front().size() == 2 ? option.spellings.back() : option.spellings.front();
+    EXPECT_THAT(help, HasSubstr(name + (option.value.empty() ? "" : " "))) << name;
+  }
+  EXPECT_THAT(help, AllOf(HasSubstr("Usage: muster [options] SCRIPT"), HasSubstr("-m, --module"),
+                          HasSubstr("--version"), HasSubstr("PET_<NAME>"),
+                          HasSubstr("Options go before SCRIPT"), HasSubstr("[default: 1:1]"),
+                          HasSubstr("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")));
+}
+
+TEST(ParseCommandLineTest, HelpWinsOverOtherProblems) {
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"-h"}, {"--nnodes", "0", "--help"}, {"--bogus", "-h", "t.py"}}) {
+    SCOPED_TRACE(testing::PrintToString(args));
+    absl::StatusOr<ParsedCommandLine> parsed = Parse(args);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_TRUE(parsed->help.has_value());
+  }
+}
+
+TEST(ParseCommandLineTest, Version) {
+  absl::StatusOr<ParsedCommandLine> parsed = Parse({"--version"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->version);
+  EXPECT_FALSE(parsed->help.has_value());
+  absl::StatusOr<ParsedCommandLine> as_script_arg = Parse({"t.py", "--version"});
+  ASSERT_TRUE(as_script_arg.ok()) << as_script_arg.status();
+  EXPECT_FALSE(as_script_arg->version);
+}
+
+TEST(ParseCommandLineTest, OddInputsNeverThrow) {
+  for (std::vector<std::string> args :
+       std::vector<std::vector<std::string>>{{"-"},
+                                             {"---"},
+                                             {"--="},
+                                             {"-="},
+                                             {"--nnodes="},
+                                             {"\n"},
+                                             {"--nnodes", "\n", "t.py"},
+                                             {"-mrt"},
+                                             {"-r"},
+                                             {"--", "--"},
+                                             {"--standalone", "--standalone", "t.py"},
+                                             {"-h=", "t.py"},
+                                             {"--help=no"},
+                                             {"-r=3", "t.py"},
+                                             {std::string("a\0b", 3)}}) {
+    SCOPED_TRACE(testing::PrintToString(args));
+    absl::StatusOr<ParsedCommandLine> parsed = Parse(args);
+    if (!parsed.ok()) {
+      EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(parsed.status().message()), Not(HasSubstr("\n")));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace muster
