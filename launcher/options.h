@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "launcher/config.h"
+#include "agent/config.h"
 
 namespace muster {
 
