@@ -1,0 +1,113 @@
+"""Shared pieces of muster's integration tests: where the binaries are, how
+to run them with a bound on time, and small waits that never hang."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MUSTER = os.environ.get("MUSTER", os.path.join(ROOT, "build", "launcher", "muster"))
+TORCHRUN = os.path.join(HERE, "torchrun.py")
+PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one with python3-torch
+WORKERS = os.path.join(HERE, "workers")
+DDP_TRAIN = os.path.join(ROOT, "examples", "ddp_train.py")
+
+
+def env(**extra):
+    """The environment a test runs muster with: Debian's python for workers."""
+    e = dict(os.environ)
+    e["PYTHON_EXEC"] = PYTHON
+    e.pop("OMP_NUM_THREADS", None)
+    for key in [k for k in e if k.startswith("PET_")]:
+        del e[key]
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def run(args, timeout=120, **extra_env):
+    """Runs a command to its end; returns CompletedProcess with text output."""
+    return subprocess.run(args, env=env(**extra_env), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def muster(*args, timeout=120, **extra_env):
+    return run([MUSTER, *args], timeout=timeout, **extra_env)
+
+
+def torchrun(*args, timeout=180, **extra_env):
+    return run([PYTHON, TORCHRUN, *args], timeout=timeout, **extra_env)
+
+
+def read_file(path):
+    with open(path) as f:
+        return f.read()
+
+
+def read_env(path):
+    """A file of KEY=VALUE lines, as `env` writes it, as a dict."""
+    return dict(line.split("=", 1) for line in read_file(path).splitlines() if "=" in line)
+
+
+def wait_for(predicate, timeout, interval=0.02):
+    """Polls predicate until it is true or timeout seconds pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose; it is only waiting for its reaper.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class TempDirTest(unittest.TestCase):
+    """A test with its own temporary directory in self.tmp."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="muster-test-")
+        self.tmp = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def start(self, *args, **extra_env):
+        """Starts muster in the background in a new session; the test must end it."""
+        out = open(self.path("muster.out"), "w")
+        err = open(self.path("muster.err"), "w")
+        proc = subprocess.Popen([MUSTER, *args], env=env(**extra_env), stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.addCleanup(self._reap, proc, out, err)
+        return proc
+
+    @staticmethod
+    def _reap(proc, out, err):
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        out.close()
+        err.close()
+
+    def read(self, name):
+        return read_file(self.path(name))
+
+
+if __name__ == "__main__":
+    sys.exit("run the test modules, not this file")
