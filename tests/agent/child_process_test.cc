@@ -1,0 +1,152 @@
+#include "agent/child_process.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace muster {
+namespace {
+
+// Reads everything from a non-blocking fd until EOF, for at most 10 s.
+std::string ReadAll(int fd) {
+  std::string out;
+  char buffer[4096];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n > 0) {
+      out.append(buffer, static_cast<size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  return out;
+}
+
+ExitStatus Wait(ChildProcess& child) {
+  int status = 0;
+  EXPECT_EQ(waitpid(child.pid(), &status, 0), child.pid());
+  ExitStatus exit = DecodeWaitStatus(status);
+  child.MarkExited(exit);
+  return exit;
+}
+
+TEST(ChildProcessTest, CapturesOutputAndExitCode) {
+  auto child = ChildProcess::Spawn(
+      {"/bin/sh", {"sh", "-c", "echo out; echo err >&2; echo $FOO; exit 3"}, {"FOO=bar"}});
+  ASSERT_TRUE(child.ok()) << child.status();
+  UniqueFd out = (*child)->TakeStdout();
+  UniqueFd err = (*child)->TakeStderr();
+  EXPECT_EQ(ReadAll(out.get()), "out\nbar\n");
+  EXPECT_EQ(ReadAll(err.get()), "err\n");
+  ExitStatus exit = Wait(**child);
+  EXPECT_EQ(exit.exit_code, 3);
+  EXPECT_EQ(exit.signal, 0);
+  EXPECT_FALSE(exit.success());
+}
+
+TEST(ChildProcessTest, OwnProcessGroup) {
+  auto child = ChildProcess::Spawn({"/bin/sh", {"sh", "-c", "ps -o pgid= -p $$"}, {"PATH=/bin:/usr/bin"}});
+  ASSERT_TRUE(child.ok()) << child.status();
+  UniqueFd out = (*child)->TakeStdout();
+  EXPECT_EQ(std::stoi(ReadAll(out.get())), (*child)->pid());
+  Wait(**child);
+}
+
+TEST(ChildProcessTest, SignalReachesTheGroupAndIsDecoded) {
+  auto child = ChildProcess::Spawn({"/bin/sleep", {"sleep", "30"}, {}});
+  ASSERT_TRUE(child.ok()) << child.status();
+  (*child)->SignalGroup(SIGTERM);
+  ExitStatus exit = Wait(**child);
+  EXPECT_EQ(exit.signal, SIGTERM);
+}
+
+TEST(ChildProcessTest, ExecFailureIsAStatusNotAChild) {
+  auto missing = ChildProcess::Spawn({"/nonexistent/prog", {"prog"}, {}});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("/nonexistent/prog"), absl::string_view::npos);
+
+  const std::string script = testing::TempDir() + "/not_executable.sh";
+  std::ofstream(script) << "#!/bin/sh\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_read |
+                                           std::filesystem::perms::owner_write);
+  auto denied = ChildProcess::Spawn({script, {script}, {}});
+  ASSERT_FALSE(denied.ok());
+  EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST(ChildProcessTest, DestructorKillsAndReaps) {
+  pid_t pid;
+  {
+    auto child = ChildProcess::Spawn({"/bin/sleep", {"sleep", "30"}, {}});
+    ASSERT_TRUE(child.ok()) << child.status();
+    pid = (*child)->pid();
+  }
+  EXPECT_EQ(kill(pid, 0), -1);  // reaped: the pid is gone, not a zombie
+  EXPECT_EQ(errno, ESRCH);
+}
+
+TEST(ChildProcessTest, ChildStartsWithNoBlockedSignals) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  auto child = ChildProcess::Spawn({"/bin/sh", {"sh", "-c", "grep SigBlk /proc/self/status"}, {}});
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ASSERT_TRUE(child.ok()) << child.status();
+  UniqueFd out = (*child)->TakeStdout();
+  EXPECT_EQ(ReadAll(out.get()), "SigBlk:\t0000000000000000\n");
+  Wait(**child);
+}
+
+TEST(ChildProcessTest, DiesWithItsParent) {
+  // A middle process spawns a sleeping child, then dies: PR_SET_PDEATHSIG must kill the child.
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  pid_t middle = fork();
+  ASSERT_GE(middle, 0);
+  if (middle == 0) {
+    auto child = ChildProcess::Spawn({"/bin/sleep", {"sleep", "30"}, {}, false});
+    pid_t pid = child.ok() ? (*child)->pid() : -1;
+    if (write(pipe_fds[1], &pid, sizeof(pid)) != sizeof(pid)) _exit(2);
+    _exit(0);  // no destructor: the child is left to PR_SET_PDEATHSIG
+  }
+  pid_t grandchild = -1;
+  ASSERT_EQ(read(pipe_fds[0], &grandchild, sizeof(grandchild)), static_cast<ssize_t>(sizeof(grandchild)));
+  ASSERT_GT(grandchild, 0);
+  waitpid(middle, nullptr, 0);
+  // The grandchild is reparented (to init or a subreaper) and killed; poll until it is gone.
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(grandchild) + "/stat");
+    std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    gone = content.empty() || content.find(") Z ") != std::string::npos;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone);
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+}
+
+TEST(ResolveExecutableTest, SearchesPath) {
+  EXPECT_EQ(*ResolveExecutable("sh", "/nonexistent:/bin"), "/bin/sh");
+  EXPECT_EQ(*ResolveExecutable("/bin/sh", ""), "/bin/sh");
+  auto missing = ResolveExecutable("no-such-program-xyz", "/bin:/usr/bin");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("not found in PATH"), absl::string_view::npos);
+  EXPECT_FALSE(ResolveExecutable("/bin", "").ok());  // a directory
+}
+
+}  // namespace
+}  // namespace muster

@@ -1,0 +1,113 @@
+#include "agent/worker_env.h"
+
+#include <map>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace muster {
+namespace {
+
+using ::testing::ElementsAre;
+
+std::map<std::string, std::string> AsMap(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> out;
+  for (const std::string& entry : env) {
+    const size_t eq = entry.find('=');
+    out[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  return out;
+}
+
+NodePlacement TwoNodes() {
+  NodePlacement placement;
+  placement.group_rank = 1;
+  placement.group_world_size = 2;
+  placement.rank_base = 4;
+  placement.world_size = 6;
+  placement.master_addr = "10.0.0.1";
+  placement.master_port = 29501;
+  placement.restart_count = 2;
+  placement.max_restarts = 3;
+  return placement;
+}
+
+WorkerIdentity Worker(int local_rank, int local_world_size) {
+  WorkerIdentity worker;
+  worker.local_rank = local_rank;
+  worker.local_world_size = local_world_size;
+  worker.run_id = "job7";
+  worker.role = "trainer";
+  worker.error_file = "/logs/attempt_2/1/error.json";
+  return worker;
+}
+
+TEST(WorkerEnvironmentTest, SetsEveryTorchrunVariable) {
+  auto env = AsMap(WorkerEnvironment({"PATH=/bin"}, TwoNodes(), Worker(1, 2)));
+  EXPECT_EQ(env["LOCAL_RANK"], "1");
+  EXPECT_EQ(env["RANK"], "5");
+  EXPECT_EQ(env["GROUP_RANK"], "1");
+  EXPECT_EQ(env["GROUP_WORLD_SIZE"], "2");
+  EXPECT_EQ(env["ROLE_RANK"], "5");
+  EXPECT_EQ(env["ROLE_WORLD_SIZE"], "6");
+  EXPECT_EQ(env["ROLE_NAME"], "trainer");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+  EXPECT_EQ(env["WORLD_SIZE"], "6");
+  EXPECT_EQ(env["MASTER_ADDR"], "10.0.0.1");
+  EXPECT_EQ(env["MASTER_PORT"], "29501");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "2");
+  EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "3");
+  EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "job7");
+  EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");
+  EXPECT_EQ(env["TORCHELASTIC_ERROR_FILE"], "/logs/attempt_2/1/error.json");
+  EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
+  EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+  EXPECT_EQ(env["PATH"], "/bin");
+}
+
+TEST(WorkerEnvironmentTest, OursReplaceTheAgentsButUserSettingsStay) {
+  auto env = AsMap(WorkerEnvironment(
+      {"RANK=99", "OMP_NUM_THREADS=4", "NCCL_ASYNC_ERROR_HANDLING=0", "X=a=b"}, TwoNodes(),
+      Worker(0, 2)));
+  EXPECT_EQ(env["RANK"], "4");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "4");
+  EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "0");
+  EXPECT_EQ(env["X"], "a=b");
+}
+
+TEST(WorkerEnvironmentTest, OneWorkerGetsNoOmpSetting) {
+  auto env = AsMap(WorkerEnvironment({}, TwoNodes(), Worker(0, 1)));
+  EXPECT_FALSE(env.contains("OMP_NUM_THREADS"));
+}
+
+TEST(WorkerEnvironmentTest, EachVariableOnce) {
+  std::vector<std::string> env = WorkerEnvironment({"RANK=1", "RANK=2"}, TwoNodes(), Worker(0, 2));
+  EXPECT_EQ(env.size(), AsMap(env).size());
+}
+
+TEST(WorkerCommandTest, PythonScript) {
+  LaunchConfig config;
+  config.script = "train.py";
+  config.script_args = {"--lr", "0.1", "--shard=${local_rank}"};
+  EXPECT_THAT(WorkerCommand(config, "/usr/bin/python3", 3),
+              ElementsAre("/usr/bin/python3", "-u", "train.py", "--lr", "0.1", "--shard=3"));
+}
+
+TEST(WorkerCommandTest, Module) {
+  LaunchConfig config;
+  config.module = true;
+  config.script = "pkg.train";
+  EXPECT_THAT(WorkerCommand(config, "python3", 0), ElementsAre("python3", "-u", "-m", "pkg.train"));
+}
+
+TEST(WorkerCommandTest, NoPython) {
+  LaunchConfig config;
+  config.no_python = true;
+  config.script = "./a.out";
+  config.script_args = {"${local_rank}${local_rank}"};
+  EXPECT_THAT(WorkerCommand(config, "./a.out", 1), ElementsAre("./a.out", "11"));
+}
+
+}  // namespace
+}  // namespace muster
