@@ -195,13 +195,21 @@ void RendezvousService::Deliver(Deliveries& deliveries) {
 }
 
 void RendezvousService::DropJoin(const NodeKey& key, JoinReactor* reactor) {
+  Deliveries deliveries;
   {
     absl::MutexLock lock(&mu_);
     auto it = pending_joins_.find(key);
     if (it == pending_joins_.end() || it->second != reactor) return;  // finishing elsewhere
     pending_joins_.erase(it);
+    // Nobody waits for this join any more: the node is gone (its agent ended
+    // or gave up), and must not be put into a round, where it could even be
+    // everyone's master. A pending join has no heartbeat timer to catch this.
+    Effects effects;
+    state_.Leave(key, "cancelled its join", absl::Now(), &effects).IgnoreError();
+    ApplyLocked(effects, &deliveries);
   }
   reactor->Complete(absl::CancelledError("join cancelled by the caller"));
+  Deliver(deliveries);
 }
 
 void RendezvousService::DropWatch(const NodeKey& key, WatchReactor* reactor) {
@@ -415,6 +423,7 @@ void RendezvousServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   service_->Shutdown();
+  if (server_ == nullptr) return;  // Start failed: nothing listens
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
 }

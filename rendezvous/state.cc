@@ -178,7 +178,7 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, int64_t round,
   }
   Job& job = **found;
   job.nodes[key.node_id].last_seen = now;
-  if (round != job.round || job.phase != Phase::kRunning) {
+  if (round != job.round || job.phase != Phase::kRunning || !IsParticipant(job, key.node_id)) {
     return absl::OkStatus();  // stale: the job already moved on
   }
   const std::string detail = DescribeFailure(failure);
@@ -210,6 +210,9 @@ absl::Status RendezvousState::ReportDone(const NodeKey& key, int64_t round, absl
     return absl::AbortedError(absl::StrCat("round ", round, " is over; the job is in round ",
                                            job.round));
   }
+  if (!IsParticipant(job, key.node_id)) {
+    return absl::AbortedError(absl::StrCat("node ", key.node_id, " is not in round ", job.round));
+  }
   job.done.insert(key.node_id);
   if (job.done.size() == job.participants.size()) {
     Close(job, true, "every node finished", std::nullopt, effects);
@@ -236,7 +239,9 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
       const absl::Duration timeout = absl::Milliseconds(job.config.heartbeat_timeout_ms());
       std::vector<std::string> dead;
       for (const auto& [node_id, node] : job.nodes) {
-        if (now - node.last_seen >= timeout) dead.push_back(node_id);
+        if (NeedsHeartbeat(job, node_id) && now - node.last_seen >= timeout) {
+          dead.push_back(node_id);
+        }
       }
       for (const std::string& node_id : dead) {
         if (job.phase == Phase::kClosed) break;
@@ -247,7 +252,9 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
     }
     if (job.phase != Phase::kOpen) continue;
     MaybeComplete(job, now, effects);
+    // At MIN or more the last call completes the round; the join timeout is for too few.
     if (job.phase == Phase::kOpen && !job.joined.empty() &&
+        static_cast<int>(job.joined.size()) < job.config.min_nodes() &&
         now - job.open_since >= absl::Milliseconds(job.config.join_timeout_ms())) {
       std::set<std::string> missing;
       for (const std::string& node_id : job.expected) {
@@ -261,7 +268,7 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
           "join timeout: ", job.joined.size(), " of at least ", job.config.min_nodes(),
           " nodes joined within ", FormatDuration(job.config.join_timeout_ms()));
       if (!missing_names.empty()) absl::StrAppend(&reason, "; missing: ", missing_names);
-      Close(job, false, reason, std::nullopt, effects);
+      Close(job, false, reason, std::nullopt, effects, absl::StatusCode::kDeadlineExceeded);
     }
   }
 }
@@ -275,12 +282,13 @@ std::optional<absl::Time> RendezvousState::NextDeadline() const {
     if (job.phase == Phase::kClosed) continue;
     if (job.config.heartbeat_timeout_ms() > 0) {
       for (const auto& [node_id, node] : job.nodes) {
+        if (!NeedsHeartbeat(job, node_id)) continue;
         consider(node.last_seen + absl::Milliseconds(job.config.heartbeat_timeout_ms()));
       }
     }
     if (job.phase == Phase::kOpen) {
       if (job.last_call_deadline) consider(*job.last_call_deadline);
-      if (!job.joined.empty()) {
+      if (!job.joined.empty() && static_cast<int>(job.joined.size()) < job.config.min_nodes()) {
         consider(job.open_since + absl::Milliseconds(job.config.join_timeout_ms()));
       }
     }
@@ -440,7 +448,8 @@ void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
 }
 
 void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
-                            const std::optional<Failure>& root_cause, Effects* effects) {
+                            const std::optional<Failure>& root_cause, Effects* effects,
+                            absl::StatusCode pending_join_code) {
   job.phase = Phase::kClosed;
   job.succeeded = succeeded;
   job.close_reason = reason;
@@ -453,8 +462,8 @@ void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
   for (const auto& [node_id, node] : job.nodes) {
     effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
   }
-  const absl::Status refused = absl::FailedPreconditionError(
-      absl::StrCat("job '", job.id, "' is closed (", reason, ")"));
+  const absl::Status refused =
+      absl::Status(pending_join_code, absl::StrCat("job '", job.id, "' is closed (", reason, ")"));
   for (const std::string& node_id : job.joined) {
     effects->join_failed.emplace_back(NodeKey{job.id, node_id}, refused);
   }
@@ -478,7 +487,7 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   job.lost.push_back(host);
   job.waiting.erase(node_id);
   job.expected.erase(node_id);
-  job.done.erase(node_id);
+  const bool was_done = job.done.erase(node_id) > 0;
   const std::string detail = absl::StrCat("node ", host, " ", why);
   if (job.joined.erase(node_id) > 0) {
     effects->join_failed.emplace_back(
@@ -488,6 +497,18 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   auto participant = std::find(job.participants.begin(), job.participants.end(), node_id);
   if (job.phase == Phase::kRunning && participant != job.participants.end()) {
     job.participants.erase(participant);
+    if (was_done) {
+      // Its workers finished: the others run on, and the job ends when they are done.
+      effects->log.push_back(absl::StrCat("job '", job.id, "': ", detail, " after finishing"));
+      return;
+    }
+    if (!job.done.empty()) {
+      Close(job, false,
+            absl::StrCat(detail, " after other nodes had finished; a partly finished job cannot "
+                                 "restart"),
+            std::nullopt, effects);
+      return;
+    }
     if (job.participants.empty() && job.waiting.empty()) {
       Close(job, false, absl::StrCat(detail, "; no nodes left"), std::nullopt, effects);
       return;
@@ -503,6 +524,19 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
     }
     MaybeComplete(job, now, effects);
   }
+}
+
+bool RendezvousState::IsParticipant(const Job& job, const std::string& node_id) {
+  return std::find(job.participants.begin(), job.participants.end(), node_id) !=
+         job.participants.end();
+}
+
+bool RendezvousState::NeedsHeartbeat(const Job& job, const std::string& node_id) {
+  // A pending join is alive while its call is open (the server drops the node
+  // when the call is cancelled), and agents heartbeat only once in the job. A
+  // node whose workers all finished may exit: it is not needed any more.
+  return !job.joined.contains(node_id) && !job.waiting.contains(node_id) &&
+         !job.done.contains(node_id);
 }
 
 std::string RendezvousState::DescribeNodes(const Job& job, const std::set<std::string>& ids) const {

@@ -139,11 +139,16 @@ class RendezvousState {
   void CompleteRound(Job& job, absl::Time now, Effects* effects);
   void OpenNextRound(Job& job, RoundChanged::Reason reason, const std::string& detail,
                      absl::Time now, Effects* effects);
+  // Pending joins fail with `pending_join_code`.
   void Close(Job& job, bool succeeded, const std::string& reason,
-             const std::optional<Failure>& root_cause, Effects* effects);
+             const std::optional<Failure>& root_cause, Effects* effects,
+             absl::StatusCode pending_join_code = absl::StatusCode::kFailedPrecondition);
   void RemoveNode(Job& job, const std::string& node_id, const std::string& why, absl::Time now,
                   Effects* effects);
   std::string DescribeNodes(const Job& job, const std::set<std::string>& ids) const;
+  static bool IsParticipant(const Job& job, const std::string& node_id);
+  // Whether the heartbeat timer applies to the node.
+  static bool NeedsHeartbeat(const Job& job, const std::string& node_id);
 
   std::map<std::string, Job, std::less<>> jobs_;
 };

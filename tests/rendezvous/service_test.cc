@@ -1,0 +1,455 @@
+// The rendezvous over real gRPC on loopback: RendezvousServer and
+// RendezvousClient, the way agents use them. Every wait is bounded.
+#include "rendezvous/service.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "rendezvous/client.h"
+
+namespace muster::rdzv {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+// The longest any single step may take before the test fails.
+constexpr absl::Duration kWait = absl::Seconds(10);
+// RPC deadlines: shorter than kWait, so a callback always lands first.
+constexpr absl::Duration kRpc = absl::Seconds(5);
+
+// The result of one asynchronous call. The callback owns the state too, so a
+// test that gave up waiting leaves nothing dangling.
+template <typename T>
+class Pending {
+ public:
+  std::function<void(T)> Callback() {
+    return [state = state_](T value) {
+      state->value.emplace(std::move(value));
+      state->done.Notify();
+    };
+  }
+
+  bool Done() const { return state_->done.HasBeenNotified(); }
+
+  // The result, or kInternal (and a test failure) when none came within `timeout`.
+  T Wait(absl::Duration timeout = kWait) {
+    if (!state_->done.WaitForNotificationWithTimeout(timeout)) {
+      ADD_FAILURE() << "no answer within " << timeout;
+      return T(absl::InternalError("test: no answer in time"));
+    }
+    return *state_->value;
+  }
+
+ private:
+  struct State {
+    absl::Notification done;
+    std::optional<T> value;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+// Records a watch stream's events and its end.
+class WatchLog {
+ public:
+  void Start(RendezvousClient& client, const std::string& job, const std::string& node,
+             int64_t known_round) {
+    WatchRequest request;
+    request.set_job_id(job);
+    request.set_node_id(node);
+    request.set_known_round(known_round);
+    client.Watch(
+        request,
+        [state = state_](const WatchEvent& event) {
+          absl::MutexLock lock(&state->mu);
+          state->events.push_back(event);
+        },
+        [state = state_](absl::Status status) {
+          absl::MutexLock lock(&state->mu);
+          state->end = std::move(status);
+        });
+  }
+
+  // The first `n` events, once they arrived; fails the test after kWait.
+  std::vector<WatchEvent> WaitForEvents(size_t n) {
+    absl::MutexLock lock(&state_->mu);
+    state_->want = n;
+    if (!state_->mu.AwaitWithTimeout(absl::Condition(&State::Enough, state_.get()), kWait)) {
+      ADD_FAILURE() << "got " << state_->events.size() << " watch events, want " << n;
+    }
+    return state_->events;
+  }
+
+  // How the stream ended; fails the test after kWait.
+  absl::Status WaitForEnd() {
+    absl::MutexLock lock(&state_->mu);
+    if (!state_->mu.AwaitWithTimeout(absl::Condition(&State::Ended, state_.get()), kWait)) {
+      ADD_FAILURE() << "the watch stream did not end";
+      return absl::InternalError("test: watch did not end");
+    }
+    return *state_->end;
+  }
+
+ private:
+  struct State {
+    static bool Enough(State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+      return s->events.size() >= s->want;
+    }
+    static bool Ended(State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->end.has_value(); }
+
+    absl::Mutex mu;
+    std::vector<WatchEvent> events ABSL_GUARDED_BY(mu);
+    std::optional<absl::Status> end ABSL_GUARDED_BY(mu);
+    size_t want ABSL_GUARDED_BY(mu) = 0;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+JoinRequest MakeJoin(const std::string& job, const std::string& node, int min, int max,
+                     int local_world_size = 1, int port = 29500) {
+  JoinRequest request;
+  request.set_job_id(job);
+  JobConfig* config = request.mutable_config();
+  config->set_min_nodes(min);
+  config->set_max_nodes(max);
+  config->set_max_restarts(3);
+  config->set_last_call_timeout_ms(0);
+  config->set_join_timeout_ms(60'000);
+  config->set_heartbeat_timeout_ms(60'000);
+  NodeInfo* info = request.mutable_node();
+  info->set_node_id(node);
+  info->set_host("host-" + node);
+  info->set_local_world_size(local_world_size);
+  info->set_node_rank_hint(-1);
+  info->set_master_port_candidate(port);
+  return request;
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int PickFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start("127.0.0.1", 0);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    ASSERT_GT(server_->port(), 0);
+    target_ = "127.0.0.1:" + std::to_string(server_->port());
+  }
+
+  std::unique_ptr<RendezvousClient> NewClient() { return RendezvousClient::Create(target_); }
+
+  static absl::StatusOr<Assignment> Join(RendezvousClient& client, const JoinRequest& request) {
+    Pending<absl::StatusOr<Assignment>> join;
+    client.Join(request, kRpc, join.Callback());
+    return join.Wait();
+  }
+
+  static absl::StatusOr<StatusResponse> JobStatus(RendezvousClient& client, const std::string& job) {
+    StatusRequest request;
+    request.set_job_id(job);
+    Pending<absl::StatusOr<StatusResponse>> status;
+    client.Status(request, kRpc, status.Callback());
+    return status.Wait();
+  }
+
+  // Polls the job's status until `pred` holds; false after kWait.
+  static bool WaitForStatus(RendezvousClient& client, const std::string& job,
+                            const std::function<bool(const StatusResponse&)>& pred) {
+    const absl::Time give_up = absl::Now() + kWait;
+    while (absl::Now() < give_up) {
+      absl::StatusOr<StatusResponse> status = JobStatus(client, job);
+      if (status.ok() && pred(*status)) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  static absl::Status ReportFailure(RendezvousClient& client, const std::string& job,
+                                    const std::string& node, int64_t round) {
+    ReportFailureRequest request;
+    request.set_job_id(job);
+    request.set_node_id(node);
+    request.set_round(round);
+    request.mutable_failure()->set_rank(0);
+    request.mutable_failure()->set_host("host-" + node);
+    request.mutable_failure()->set_exit_code(1);
+    Pending<absl::Status> done;
+    client.ReportFailure(request, kRpc, done.Callback());
+    return done.Wait();
+  }
+
+  static absl::Status ReportDone(RendezvousClient& client, const std::string& job,
+                                 const std::string& node, int64_t round) {
+    ReportDoneRequest request;
+    request.set_job_id(job);
+    request.set_node_id(node);
+    request.set_round(round);
+    Pending<absl::Status> done;
+    client.ReportDone(request, kRpc, done.Callback());
+    return done.Wait();
+  }
+
+  std::unique_ptr<RendezvousServer> server_;
+  std::string target_;
+};
+
+TEST_F(ServiceTest, OneNodeStandaloneJobCompletes) {
+  auto client = NewClient();
+  absl::StatusOr<Assignment> assignment =
+      Join(*client, MakeJoin("solo", "a", 1, 1, /*local_world_size=*/4, /*port=*/31234));
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  EXPECT_EQ(assignment->round(), 0);
+  EXPECT_EQ(assignment->group_rank(), 0);
+  EXPECT_EQ(assignment->group_world_size(), 1);
+  EXPECT_EQ(assignment->rank_base(), 0);
+  EXPECT_EQ(assignment->world_size(), 4);
+  EXPECT_EQ(assignment->master_addr(), "127.0.0.1");  // the peer address, none advertised
+  EXPECT_EQ(assignment->master_port(), 31234);
+
+  HeartbeatRequest beat;
+  beat.set_job_id("solo");
+  beat.set_node_id("a");
+  Pending<absl::StatusOr<int64_t>> round;
+  client->Heartbeat(beat, kRpc, round.Callback());
+  absl::StatusOr<int64_t> heartbeat = round.Wait();
+  ASSERT_TRUE(heartbeat.ok()) << heartbeat.status();
+  EXPECT_EQ(*heartbeat, 0);
+
+  EXPECT_TRUE(ReportDone(*client, "solo", "a", 0).ok());
+  absl::StatusOr<StatusResponse> status = JobStatus(*client, "solo");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), "closed");
+}
+
+TEST_F(ServiceTest, TwoNodesGetDistinctRanksAndTheSameMaster) {
+  auto client_a = NewClient();
+  auto client_b = NewClient();
+  Pending<absl::StatusOr<Assignment>> join_a;
+  Pending<absl::StatusOr<Assignment>> join_b;
+  client_a->Join(MakeJoin("pair", "a", 2, 2, 2, 40001), kRpc, join_a.Callback());
+  client_b->Join(MakeJoin("pair", "b", 2, 2, 2, 40002), kRpc, join_b.Callback());
+  absl::StatusOr<Assignment> a = join_a.Wait();
+  absl::StatusOr<Assignment> b = join_b.Wait();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_THAT((std::set<int>{a->group_rank(), b->group_rank()}), UnorderedElementsAre(0, 1));
+  EXPECT_THAT((std::set<int>{a->rank_base(), b->rank_base()}), UnorderedElementsAre(0, 2));
+  EXPECT_EQ(a->world_size(), 4);
+  EXPECT_EQ(b->world_size(), 4);
+  EXPECT_EQ(a->master_addr(), b->master_addr());
+  EXPECT_EQ(a->master_port(), b->master_port());
+  EXPECT_EQ(a->master_port(), 40001);  // host-a sorts first: it is group rank 0
+}
+
+TEST_F(ServiceTest, WatchSeesTheOtherNodesFailureAndTheJobsClose) {
+  auto client_a = NewClient();
+  auto client_b = NewClient();
+  const JoinRequest request_a = MakeJoin("watched", "a", 2, 2);
+  const JoinRequest request_b = MakeJoin("watched", "b", 2, 2);
+  {
+    Pending<absl::StatusOr<Assignment>> join_a;
+    client_a->Join(request_a, kRpc, join_a.Callback());
+    ASSERT_TRUE(Join(*client_b, request_b).ok());
+    ASSERT_TRUE(join_a.Wait().ok());
+  }
+  WatchLog watch;
+  watch.Start(*client_a, "watched", "a", 0);
+  // Whichever reaches the server first, the event arrives: pushed, or as the
+  // watch's catch-up.
+  ASSERT_TRUE(ReportFailure(*client_b, "watched", "b", 0).ok());
+
+  std::vector<WatchEvent> events = watch.WaitForEvents(1);
+  ASSERT_GE(events.size(), 1u);
+  ASSERT_TRUE(events[0].has_round_changed());
+  EXPECT_EQ(events[0].round_changed().new_round(), 1);
+  EXPECT_EQ(events[0].round_changed().reason(), RoundChanged::WORKER_FAILED);
+  EXPECT_THAT(events[0].round_changed().detail(), HasSubstr("host-b"));
+
+  Pending<absl::StatusOr<Assignment>> rejoin_a;
+  client_a->Join(request_a, kRpc, rejoin_a.Callback());
+  absl::StatusOr<Assignment> b = Join(*client_b, request_b);
+  ASSERT_TRUE(b.ok()) << b.status();
+  absl::StatusOr<Assignment> a = rejoin_a.Wait();
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->round(), 1);
+  EXPECT_EQ(a->restart_count(), 1);
+
+  ASSERT_TRUE(ReportDone(*client_a, "watched", "a", 1).ok());
+  ASSERT_TRUE(ReportDone(*client_b, "watched", "b", 1).ok());
+  events = watch.WaitForEvents(2);
+  ASSERT_EQ(events.size(), 2u);
+  ASSERT_TRUE(events[1].has_job_closed());
+  EXPECT_TRUE(events[1].job_closed().succeeded());
+  EXPECT_TRUE(watch.WaitForEnd().ok()) << "the stream ends after JobClosed";
+}
+
+TEST_F(ServiceTest, WatchOpenedLateStartsWithTheMissedEvent) {
+  auto client = NewClient();
+  ASSERT_TRUE(Join(*client, MakeJoin("late", "a", 1, 1)).ok());
+  ASSERT_TRUE(ReportFailure(*client, "late", "a", 0).ok());
+  WatchLog watch;
+  watch.Start(*client, "late", "a", 0);
+  std::vector<WatchEvent> events = watch.WaitForEvents(1);
+  ASSERT_GE(events.size(), 1u);
+  EXPECT_EQ(events[0].round_changed().new_round(), 1);
+
+  WatchLog stranger;
+  stranger.Start(*client, "late", "nobody", 0);
+  EXPECT_EQ(stranger.WaitForEnd().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ServiceTest, JoinToAClosedJobFailsWithFailedPrecondition) {
+  auto client = NewClient();
+  ASSERT_TRUE(Join(*client, MakeJoin("over", "a", 1, 1)).ok());
+  ASSERT_TRUE(ReportDone(*client, "over", "a", 0).ok());
+  absl::StatusOr<Assignment> late = Join(*client, MakeJoin("over", "b", 1, 1));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr("closed"));
+}
+
+TEST_F(ServiceTest, ConfigMismatchFailsWithFailedPrecondition) {
+  auto client = NewClient();
+  Pending<absl::StatusOr<Assignment>> first;
+  client->Join(MakeJoin("cfg", "a", 2, 2), kRpc, first.Callback());
+  ASSERT_TRUE(WaitForStatus(*client, "cfg",
+                            [](const StatusResponse& s) { return s.participants() == 1; }));
+  absl::StatusOr<Assignment> other = Join(*client, MakeJoin("cfg", "b", 2, 3));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.status().message(), HasSubstr("--nnodes 2:3"));
+  absl::StatusOr<Assignment> bad = Join(*client, MakeJoin("has space", "c", 1, 1));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(first.Done());
+}
+
+TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
+  auto client = NewClient();
+  Pending<absl::StatusOr<Assignment>> join;
+  client->Join(MakeJoin("cut", "a", 2, 2), kRpc, join.Callback());
+  ASSERT_TRUE(WaitForStatus(*client, "cut",
+                            [](const StatusResponse& s) { return s.participants() == 1; }));
+  WatchLog watch;
+  watch.Start(*client, "cut", "a", 0);
+  // Whether the watch reaches the server before or after the shutdown, it must end Unavailable.
+
+  absl::Notification shut;
+  std::thread shutdown([this, &shut] {
+    server_->Shutdown(absl::Seconds(1));
+    shut.Notify();
+  });
+  const bool finished = shut.WaitForNotificationWithTimeout(kWait);
+  if (!finished) {
+    shutdown.detach();
+    FAIL() << "RendezvousServer::Shutdown hung";
+  }
+  shutdown.join();
+  EXPECT_EQ(join.Wait().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(watch.WaitForEnd().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ServiceStartTest, JoinWaitsForAServerThatStartsWithinTheDeadline) {
+  const int port = PickFreePort();
+  ASSERT_GT(port, 0);
+  auto client = RendezvousClient::Create("127.0.0.1:" + std::to_string(port));
+  Pending<absl::StatusOr<Assignment>> join;
+  client->Join(MakeJoin("early", "a", 1, 1), kRpc, join.Callback());
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(join.Done()) << "nothing listens yet";
+  absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
+      RendezvousServer::Start("127.0.0.1", port);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<Assignment> assignment = join.Wait();
+  EXPECT_TRUE(assignment.ok()) << assignment.status();
+  client.reset();  // before the server: no call left in flight
+}
+
+TEST_F(ServiceTest, SecondServerOnTheSamePortFailsWithAlreadyExists) {
+  absl::StatusOr<std::unique_ptr<RendezvousServer>> second =
+      RendezvousServer::Start("127.0.0.1", server_->port());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists) << second.status();
+  // The first one still serves.
+  auto client = NewClient();
+  EXPECT_TRUE(Join(*client, MakeJoin("still", "a", 1, 1)).ok());
+}
+
+TEST_F(ServiceTest, ClientDestructorWithAPendingJoinReturnsPromptly) {
+  auto client = NewClient();
+  Pending<absl::StatusOr<Assignment>> join;
+  client->Join(MakeJoin("gone", "a", 2, 2), absl::Seconds(60), join.Callback());
+  auto observer = NewClient();
+  ASSERT_TRUE(WaitForStatus(*observer, "gone",
+                            [](const StatusResponse& s) { return s.participants() == 1; }));
+
+  absl::Notification destroyed;
+  std::thread destroy([&client, &destroyed] {
+    client.reset();
+    destroyed.Notify();
+  });
+  if (!destroyed.WaitForNotificationWithTimeout(kWait)) {
+    destroy.detach();
+    FAIL() << "~RendezvousClient hung with a pending join";
+  }
+  destroy.join();
+  EXPECT_EQ(join.Wait(absl::ZeroDuration()).status().code(), absl::StatusCode::kCancelled)
+      << "the callback ran before the destructor returned";
+}
+
+TEST_F(ServiceTest, CancelledJoinDoesNotPutItsNodeInARound) {
+  auto gone = NewClient();
+  Pending<absl::StatusOr<Assignment>> ghost;
+  gone->Join(MakeJoin("ghost", "a", 2, 2), absl::Seconds(60), ghost.Callback());
+  auto client = NewClient();
+  ASSERT_TRUE(WaitForStatus(*client, "ghost",
+                            [](const StatusResponse& s) { return s.participants() == 1; }));
+  gone.reset();  // the agent of "a" ended while it waited
+  ASSERT_TRUE(WaitForStatus(*client, "ghost",
+                            [](const StatusResponse& s) { return s.participants() == 0; }))
+      << "the server still counts the node whose join was cancelled";
+
+  Pending<absl::StatusOr<Assignment>> join_b;
+  client->Join(MakeJoin("ghost", "b", 2, 2), kRpc, join_b.Callback());
+  auto client_c = NewClient();
+  absl::StatusOr<Assignment> c = Join(*client_c, MakeJoin("ghost", "c", 2, 2));
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<Assignment> b = join_b.Wait();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->group_world_size(), 2);
+  EXPECT_NE(b->group_rank(), c->group_rank());
+}
+
+}  // namespace
+}  // namespace muster::rdzv
