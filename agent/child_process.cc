@@ -1,6 +1,7 @@
 #include "agent/child_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -36,9 +37,22 @@ void WriteAll(int fd, const void* data, size_t size) {
   }
 }
 
-// Runs in the child between fork and exec: only async-signal-safe calls.
-[[noreturn]] void ExecChild(pid_t parent, int out_fd, int err_fd, int report_fd,
-                            const char* path, char* const argv[], char* const envp[]) {
+// What the child needs between clone and exec, prepared by the parent.
+struct ExecArgs {
+  pid_t parent;
+  int out_fd, err_fd, report_fd;
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+};
+
+// Runs in the child between clone and exec, on its own stack but in the
+// parent's memory (CLONE_VM): system calls only, no allocation, no locks.
+int ExecChild(void* raw) {
+  const ExecArgs& args = *static_cast<const ExecArgs*>(raw);
+  const int out_fd = args.out_fd;
+  const int err_fd = args.err_fd;
+  const pid_t parent = args.parent;
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the agent died before the line above
@@ -52,11 +66,15 @@ void WriteAll(int fd, const void* data, size_t size) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  execve(path, argv, envp);
+  execve(args.path, args.argv, args.envp);
   const int error = errno;
-  WriteAll(report_fd, &error, sizeof(error));
+  WriteAll(args.report_fd, &error, sizeof(error));
   _exit(127);
 }
+
+// The child's stack until it execs; the parent is suspended meanwhile
+// (CLONE_VFORK), so one stack serves every spawn of this thread.
+constexpr size_t kChildStackSize = 64 * 1024;
 
 }  // namespace
 
@@ -112,13 +130,19 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
   }
   MUSTER_RETURN_IF_ERROR(MakePipe(&report_read, &report_write));
 
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return ErrnoToStatus(errno, "fork");
-  if (pid == 0) {
-    ExecChild(parent, out_write.get(), err_write.get(), report_write.get(),
-              options.path.empty() ? argv[0] : options.path.c_str(), argv.data(), envp.data());
-  }
+  // clone(CLONE_VM | CLONE_VFORK), as posix_spawn does it: no copy of the
+  // agent's page tables, so a spawn costs the same however big the agent is.
+  ExecArgs args{getpid(),
+                out_write.get(),
+                err_write.get(),
+                report_write.get(),
+                options.path.empty() ? argv[0] : options.path.c_str(),
+                argv.data(),
+                envp.data()};
+  thread_local std::unique_ptr<char[]> stack(new char[kChildStackSize]);
+  const pid_t pid = clone(ExecChild, stack.get() + kChildStackSize, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                          &args);
+  if (pid < 0) return ErrnoToStatus(errno, "clone");
   child->pid_ = pid;
   setpgid(pid, pid);  // also here, so a signal sent right after Spawn reaches the group
   out_write.reset();

@@ -38,8 +38,9 @@ struct SpawnOptions {
 
 class ChildProcess {
  public:
-  // Forks and execs. Call from the thread that lives as long as the agent:
-  // PR_SET_PDEATHSIG fires when the forking *thread* exits. REQUIRES: the
+  // Starts the child (clone with CLONE_VM|CLONE_VFORK, then exec). Call from
+  // the thread that lives as long as the agent: PR_SET_PDEATHSIG fires when
+  // the *thread* that started the child exits. REQUIRES: the
   // caller blocks the signals it handles; the child unblocks them all.
   // Errors: the exec's errno, e.g. kPermissionDenied for a file that is not executable.
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const SpawnOptions& options);

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "launcher/nproc.h"
 #include "launcher/options.h"
+#include "rendezvous/local_client.h"
 #include "rendezvous/service.h"
 
 namespace muster {
@@ -160,21 +161,16 @@ int Main(int argc, char** argv) {
   // From here on other threads exist (gRPC's): block the signals the agent reads first.
   BlockAgentSignals();
 
+  // The node that hosts the rendezvous talks to its hub in-process; the
+  // others reach it over gRPC.
+  std::shared_ptr<rdzv::RendezvousHub> hub;
   std::unique_ptr<rdzv::RendezvousServer> server;
   std::string target;
   if (config.standalone || static_backend) {
-    // One node: the rendezvous only counts restarts, on a private loopback
-    // port. Its log would repeat the agent's.
+    // One node: the rendezvous only counts restarts; nobody else needs to
+    // reach it, so it gets no port. Its log would repeat the agent's.
     if (!log_level) Logger("rdzv")->set_level(spdlog::level::warn);
-    absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
-        rdzv::RendezvousServer::Start("127.0.0.1", 0);
-    if (!started.ok()) {
-      std::fprintf(stderr, "muster: error: cannot start the rendezvous: %s\n",
-                   std::string(started.status().message()).c_str());
-      return kExitWorkersFailed;
-    }
-    server = *std::move(started);
-    target = absl::StrCat("127.0.0.1:", server->port());
+    hub = std::make_shared<rdzv::RendezvousHub>();
   } else {
     if (config.rdzv_endpoint.empty()) {
       return UsageError("--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT], the node that hosts the rendezvous");
@@ -190,12 +186,11 @@ int Main(int argc, char** argv) {
           rdzv::RendezvousServer::Start(bind == "localhost" ? "127.0.0.1" : bind, endpoint.port);
       if (started.ok()) {
         server = *std::move(started);
+        hub = server->hub();
         Logger("agent")->info("hosting the rendezvous for job '{}' on port {}", config.rdzv_id,
                               endpoint.port);
       } else if (config.rdzv_conf.is_host.value_or(false)) {
-        std::fprintf(stderr, "muster: error: is_host=1 but %s\n",
-                     std::string(started.status().message()).c_str());
-        return kExitUsage;
+        return UsageError(absl::StrCat("is_host=1, but ", started.status().message()));
       }
       // Else another agent on this host bound it first: be its client.
     }
@@ -208,14 +203,16 @@ int Main(int argc, char** argv) {
   options.program = program;
   options.host = HostName();
   options.advertised_addr = options.config.local_addr;
-  options.hosts_rendezvous = server != nullptr;
+  options.hosts_rendezvous = hub != nullptr;
   options.static_ranks = static_backend;
   absl::StatusOr<int> code = kExitWorkersFailed;
   {
-    Agent agent(std::move(options), rdzv::RendezvousClient::Create(target));
+    Agent agent(std::move(options), hub ? rdzv::NewLocalClient(hub)
+                                        : rdzv::RendezvousClient::Create(target));
     code = agent.Run();
   }
   if (server) server->Shutdown();
+  if (hub) hub->Shutdown();
   if (!code.ok()) {
     std::fprintf(stderr, "muster: error: %s\n", std::string(code.status().message()).c_str());
     return kExitWorkersFailed;

@@ -2,14 +2,67 @@
 
 #include <utility>
 
+#include <set>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/grpc_status.h"
 
 namespace muster::rdzv {
+namespace {
 
-class RendezvousClient::WatchStream final : public grpc::ClientReadReactor<WatchEvent> {
+class GrpcRendezvousClient final : public RendezvousClient {
  public:
-  WatchStream(RendezvousClient* client, const WatchRequest& request,
+  explicit GrpcRendezvousClient(std::string target);
+  ~GrpcRendezvousClient() override;
+
+  const std::string& target() const override { return target_; }
+  void Join(const JoinRequest& request, absl::Duration timeout,
+            std::function<void(absl::StatusOr<Assignment>)> done) override;
+  void Heartbeat(const HeartbeatRequest& request, absl::Duration timeout,
+                 std::function<void(absl::StatusOr<int64_t>)> done) override;
+  void ReportFailure(const ReportFailureRequest& request, absl::Duration timeout,
+                     std::function<void(absl::Status)> done) override;
+  void ReportDone(const ReportDoneRequest& request, absl::Duration timeout,
+                  std::function<void(absl::Status)> done) override;
+  void Leave(const LeaveRequest& request, absl::Duration timeout,
+             std::function<void(absl::Status)> done) override;
+  void Status(const StatusRequest& request, absl::Duration timeout,
+              std::function<void(absl::StatusOr<StatusResponse>)> done) override;
+  void Watch(const WatchRequest& request, std::function<void(const WatchEvent&)> on_event,
+             std::function<void(absl::Status)> on_end) override;
+
+ private:
+  class WatchStream;
+
+  // A context with the deadline, registered so the destructor can cancel it.
+  grpc::ClientContext* NewCall(absl::Duration timeout, bool wait_for_ready);
+  void EndCall(grpc::ClientContext* context);
+  template <typename Request, typename Response, typename Result>
+  void Unary(void (Rendezvous::Stub::async_interface::*method)(grpc::ClientContext*, const Request*,
+                                                               Response*,
+                                                               std::function<void(grpc::Status)>),
+             const Request& request, absl::Duration timeout, bool wait_for_ready,
+             std::function<Result(absl::Status, Response&)> convert,
+             std::function<void(Result)> done);
+
+  const std::string target_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Rendezvous::Stub> stub_;
+
+  absl::Mutex mu_;
+  std::set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(mu_);
+  WatchStream* watch_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int streams_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<WatchEvent> {
+ public:
+  WatchStream(GrpcRendezvousClient* client, const WatchRequest& request,
               std::function<void(const WatchEvent&)> on_event,
               std::function<void(absl::Status)> on_end)
       : client_(client), request_(request), on_event_(std::move(on_event)),
@@ -40,7 +93,7 @@ class RendezvousClient::WatchStream final : public grpc::ClientReadReactor<Watch
   }
 
  private:
-  RendezvousClient* const client_;
+  GrpcRendezvousClient* const client_;
   grpc::ClientContext context_;
   const WatchRequest request_;
   WatchEvent event_;
@@ -48,11 +101,7 @@ class RendezvousClient::WatchStream final : public grpc::ClientReadReactor<Watch
   std::function<void(absl::Status)> on_end_;
 };
 
-std::unique_ptr<RendezvousClient> RendezvousClient::Create(const std::string& target) {
-  return std::unique_ptr<RendezvousClient>(new RendezvousClient(target));
-}
-
-RendezvousClient::RendezvousClient(std::string target) : target_(std::move(target)) {
+GrpcRendezvousClient::GrpcRendezvousClient(std::string target) : target_(std::move(target)) {
   grpc::ChannelArguments args;
   // Reconnect quickly after a transient failure: the server may be an agent
   // that is just starting.
@@ -63,18 +112,18 @@ RendezvousClient::RendezvousClient(std::string target) : target_(std::move(targe
   stub_ = Rendezvous::NewStub(channel_);
 }
 
-RendezvousClient::~RendezvousClient() {
+GrpcRendezvousClient::~GrpcRendezvousClient() {
   absl::MutexLock lock(&mu_);
   for (grpc::ClientContext* context : calls_) context->TryCancel();
   if (watch_ != nullptr) watch_->Cancel();
   mu_.Await(absl::Condition(
-      +[](RendezvousClient* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+      +[](GrpcRendezvousClient* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
         return self->calls_.empty() && self->streams_ == 0;
       },
       this));
 }
 
-grpc::ClientContext* RendezvousClient::NewCall(absl::Duration timeout, bool wait_for_ready) {
+grpc::ClientContext* GrpcRendezvousClient::NewCall(absl::Duration timeout, bool wait_for_ready) {
   auto* context = new grpc::ClientContext();
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   context->set_wait_for_ready(wait_for_ready);
@@ -83,7 +132,7 @@ grpc::ClientContext* RendezvousClient::NewCall(absl::Duration timeout, bool wait
   return context;
 }
 
-void RendezvousClient::EndCall(grpc::ClientContext* context) {
+void GrpcRendezvousClient::EndCall(grpc::ClientContext* context) {
   {
     absl::MutexLock lock(&mu_);
     calls_.erase(context);
@@ -92,7 +141,7 @@ void RendezvousClient::EndCall(grpc::ClientContext* context) {
 }
 
 template <typename Request, typename Response, typename Result>
-void RendezvousClient::Unary(
+void GrpcRendezvousClient::Unary(
     void (Rendezvous::Stub::async_interface::*method)(grpc::ClientContext*, const Request*,
                                                       Response*, std::function<void(grpc::Status)>),
     const Request& request, absl::Duration timeout, bool wait_for_ready,
@@ -109,7 +158,7 @@ void RendezvousClient::Unary(
       });
 }
 
-void RendezvousClient::Join(const JoinRequest& request, absl::Duration timeout,
+void GrpcRendezvousClient::Join(const JoinRequest& request, absl::Duration timeout,
                             std::function<void(absl::StatusOr<Assignment>)> done) {
   Unary<JoinRequest, JoinResponse, absl::StatusOr<Assignment>>(
       &Rendezvous::Stub::async_interface::Join, request, timeout, /*wait_for_ready=*/true,
@@ -120,7 +169,7 @@ void RendezvousClient::Join(const JoinRequest& request, absl::Duration timeout,
       std::move(done));
 }
 
-void RendezvousClient::Heartbeat(const HeartbeatRequest& request, absl::Duration timeout,
+void GrpcRendezvousClient::Heartbeat(const HeartbeatRequest& request, absl::Duration timeout,
                                  std::function<void(absl::StatusOr<int64_t>)> done) {
   Unary<HeartbeatRequest, HeartbeatResponse, absl::StatusOr<int64_t>>(
       &Rendezvous::Stub::async_interface::Heartbeat, request, timeout, /*wait_for_ready=*/false,
@@ -131,35 +180,33 @@ void RendezvousClient::Heartbeat(const HeartbeatRequest& request, absl::Duration
       std::move(done));
 }
 
-namespace {
 template <typename Response>
 absl::Status StatusOnly(absl::Status status, Response&) {
   return status;
 }
-}  // namespace
 
-void RendezvousClient::ReportFailure(const ReportFailureRequest& request, absl::Duration timeout,
+void GrpcRendezvousClient::ReportFailure(const ReportFailureRequest& request, absl::Duration timeout,
                                      std::function<void(absl::Status)> done) {
   Unary<ReportFailureRequest, ReportFailureResponse, absl::Status>(
       &Rendezvous::Stub::async_interface::ReportFailure, request, timeout, true,
       StatusOnly<ReportFailureResponse>, std::move(done));
 }
 
-void RendezvousClient::ReportDone(const ReportDoneRequest& request, absl::Duration timeout,
+void GrpcRendezvousClient::ReportDone(const ReportDoneRequest& request, absl::Duration timeout,
                                   std::function<void(absl::Status)> done) {
   Unary<ReportDoneRequest, ReportDoneResponse, absl::Status>(
       &Rendezvous::Stub::async_interface::ReportDone, request, timeout, true,
       StatusOnly<ReportDoneResponse>, std::move(done));
 }
 
-void RendezvousClient::Leave(const LeaveRequest& request, absl::Duration timeout,
+void GrpcRendezvousClient::Leave(const LeaveRequest& request, absl::Duration timeout,
                              std::function<void(absl::Status)> done) {
   Unary<LeaveRequest, LeaveResponse, absl::Status>(&Rendezvous::Stub::async_interface::Leave,
                                                    request, timeout, false,
                                                    StatusOnly<LeaveResponse>, std::move(done));
 }
 
-void RendezvousClient::Status(const StatusRequest& request, absl::Duration timeout,
+void GrpcRendezvousClient::Status(const StatusRequest& request, absl::Duration timeout,
                               std::function<void(absl::StatusOr<StatusResponse>)> done) {
   Unary<StatusRequest, StatusResponse, absl::StatusOr<StatusResponse>>(
       &Rendezvous::Stub::async_interface::Status, request, timeout, false,
@@ -170,7 +217,7 @@ void RendezvousClient::Status(const StatusRequest& request, absl::Duration timeo
       std::move(done));
 }
 
-void RendezvousClient::Watch(const WatchRequest& request,
+void GrpcRendezvousClient::Watch(const WatchRequest& request,
                              std::function<void(const WatchEvent&)> on_event,
                              std::function<void(absl::Status)> on_end) {
   auto* stream = new WatchStream(this, request, std::move(on_event), std::move(on_end));
@@ -181,6 +228,12 @@ void RendezvousClient::Watch(const WatchRequest& request,
     ++streams_;
   }
   stream->Start();
+}
+
+}  // namespace
+
+std::unique_ptr<RendezvousClient> RendezvousClient::Create(const std::string& target) {
+  return std::make_unique<GrpcRendezvousClient>(target);
 }
 
 absl::StatusOr<Assignment> RendezvousClient::JoinSync(const JoinRequest& request,

@@ -1,25 +1,14 @@
 #include "rendezvous/service.h"
 
+#include <atomic>
 #include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "common/log.h"
 #include "rendezvous/grpc_status.h"
 
 namespace muster::rdzv {
-namespace {
-
-// The timer thread wakes at least this often, so a clock jump cannot stall it.
-constexpr absl::Duration kMaxTimerSleep = absl::Seconds(1);
-
-void LogEffects(const Effects& effects) {
-  static const auto logger = Logger("rdzv");
-  for (const std::string& line : effects.log) logger->info("{}", line);
-}
-
-}  // namespace
 
 std::string PeerHost(const std::string& raw_peer) {
   std::string peer = absl::StrReplaceAll(raw_peer, {{"%5B", "["}, {"%5D", "]"}});
@@ -34,43 +23,45 @@ std::string PeerHost(const std::string& raw_peer) {
   return port == std::string::npos ? rest : rest.substr(0, port);
 }
 
-// A join waiting for its round. Finished exactly once, by whoever removes it
-// from pending_joins_ (a completed round, a cancel, or shutdown).
+
+// A join waiting for its round. The hub runs its callback exactly once,
+// which finishes the call; a cancel from the caller goes to the hub.
 class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
  public:
-  JoinReactor(RendezvousService* service, NodeKey key, JoinResponse* response)
-      : service_(service), key_(std::move(key)), response_(response) {}
+  JoinReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket,
+              JoinResponse* response)
+      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket), response_(response) {}
 
-  const NodeKey& key() const { return key_; }
-
-  void Complete(const absl::StatusOr<Assignment>& result) {
+  void Complete(absl::StatusOr<Assignment> result) {
     if (result.ok()) {
-      *response_->mutable_assignment() = *result;
+      *response_->mutable_assignment() = *std::move(result);
       Finish(grpc::Status::OK);
     } else {
       Finish(ToGrpcStatus(result.status()));
     }
   }
 
-  void OnCancel() override { service_->DropJoin(key_, this); }
+  void OnCancel() override { hub_->CancelJoin(key_, ticket_); }
   void OnDone() override { delete this; }
 
  private:
-  RendezvousService* const service_;
+  const std::shared_ptr<RendezvousHub> hub_;
   const NodeKey key_;
+  const uint64_t ticket_;
   JoinResponse* const response_;
 };
 
-// A node's watch stream: events are written one at a time, in order. A
-// JobClosed event is the last; the stream finishes after it. No gRPC call is
-// made while a lock is held: gRPC may run a reaction inline.
+// A node's watch stream: events are written one at a time, in order; a
+// JobClosed event is the last, and the stream finishes after it. No gRPC
+// call is made while mu_ is held: gRPC may run a reaction inline.
 //
-// Lifetime: shared by watches_ and by pushes in flight; `self_` is gRPC's
-// reference, dropped in OnDone.
+// Lifetime: `self_` is gRPC's reference, dropped in OnDone; the hub's
+// watcher holds another while the watch is open.
 class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<WatchEvent> {
  public:
-  static std::shared_ptr<WatchReactor> Create(RendezvousService* service, NodeKey key) {
-    std::shared_ptr<WatchReactor> reactor(new WatchReactor(service, std::move(key)));
+  static std::shared_ptr<WatchReactor> Create(std::shared_ptr<RendezvousHub> hub, NodeKey key,
+                                              uint64_t ticket) {
+    std::shared_ptr<WatchReactor> reactor(new WatchReactor(std::move(hub), std::move(key), ticket));
     reactor->self_ = reactor;
     return reactor;
   }
@@ -116,15 +107,19 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
     }
   }
 
-  void OnCancel() override { End(grpc::Status::CANCELLED); }
+  void OnCancel() override {
+    hub_->CancelWatch(key_, ticket_);
+    End(grpc::Status::CANCELLED);
+  }
 
   void OnDone() override {
-    service_->DropWatch(key_, this);
-    self_.reset();  // may delete this: nothing after it
+    hub_->CancelWatch(key_, ticket_);  // releases the hub's reference, if it still has one
+    self_.reset();                     // may delete this: nothing after it
   }
 
  private:
-  WatchReactor(RendezvousService* service, NodeKey key) : service_(service), key_(std::move(key)) {}
+  WatchReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket)
+      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket) {}
 
   const WatchEvent* NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished_ || queue_.empty()) return nullptr;
@@ -132,8 +127,9 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
     return &queue_.front();
   }
 
-  RendezvousService* const service_;
+  const std::shared_ptr<RendezvousHub> hub_;
   const NodeKey key_;
+  const uint64_t ticket_;
   std::shared_ptr<WatchReactor> self_;
   absl::Mutex mu_;
   std::deque<WatchEvent> queue_ ABSL_GUARDED_BY(mu_);
@@ -141,259 +137,79 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-RendezvousService::RendezvousService() : timer_([this] { TimerLoop(); }) {}
+namespace {
 
-RendezvousService::~RendezvousService() { Shutdown(); }
-
-void RendezvousService::Shutdown() {
-  Deliveries deliveries;
-  std::map<NodeKey, std::shared_ptr<WatchReactor>> watches;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!shutting_down_) {
-      shutting_down_ = true;
-      const absl::Status gone = absl::UnavailableError("the rendezvous server is shutting down");
-      for (auto& [key, reactor] : pending_joins_) deliveries.joins.push_back({reactor, gone});
-      pending_joins_.clear();
-      watches.swap(watches_);
-    }
-  }
-  Deliver(deliveries);
-  for (auto& [key, reactor] : watches) {
-    reactor->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the rendezvous server is shutting down"));
-  }
-  if (timer_.joinable()) timer_.join();
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
 }
 
-void RendezvousService::ApplyLocked(Effects& effects, Deliveries* out) {
-  LogEffects(effects);
-  for (auto& [key, assignment] : effects.assigned) {
-    auto it = pending_joins_.find(key);
-    if (it == pending_joins_.end()) continue;  // its caller went away; it will rejoin
-    out->joins.push_back({it->second, std::move(assignment)});
-    pending_joins_.erase(it);
-  }
-  for (auto& [key, status] : effects.join_failed) {
-    auto it = pending_joins_.find(key);
-    if (it == pending_joins_.end()) continue;
-    out->joins.push_back({it->second, std::move(status)});
-    pending_joins_.erase(it);
-  }
-  for (const auto& [key, event] : effects.pushed) {
-    auto it = watches_.find(key);
-    if (it != watches_.end()) out->pushes.emplace_back(it->second, event);
-  }
-  if (!effects.empty()) state_changed_ = true;
-}
-
-void RendezvousService::Deliver(Deliveries& deliveries) {
-  for (JoinCompletion& completion : deliveries.joins) {
-    completion.reactor->Complete(completion.result);
-  }
-  for (auto& [reactor, event] : deliveries.pushes) reactor->Push(event);
-  deliveries = Deliveries();
-}
-
-void RendezvousService::DropJoin(const NodeKey& key, JoinReactor* reactor) {
-  Deliveries deliveries;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = pending_joins_.find(key);
-    if (it == pending_joins_.end() || it->second != reactor) return;  // finishing elsewhere
-    pending_joins_.erase(it);
-    // Nobody waits for this join any more: the node is gone (its agent ended
-    // or gave up), and must not be put into a round, where it could even be
-    // everyone's master. A pending join has no heartbeat timer to catch this.
-    Effects effects;
-    state_.Leave(key, "cancelled its join", absl::Now(), &effects).IgnoreError();
-    ApplyLocked(effects, &deliveries);
-  }
-  reactor->Complete(absl::CancelledError("join cancelled by the caller"));
-  Deliver(deliveries);
-}
-
-void RendezvousService::DropWatch(const NodeKey& key, WatchReactor* reactor) {
-  std::shared_ptr<WatchReactor> dropped;  // released after the lock
-  absl::MutexLock lock(&mu_);
-  auto it = watches_.find(key);
-  if (it != watches_.end() && it->second.get() == reactor) {
-    dropped = std::move(it->second);
-    watches_.erase(it);
-  }
-}
-
-void RendezvousService::TimerLoop() {
-  Deliveries deliveries;
-  absl::MutexLock lock(&mu_);
-  while (!shutting_down_) {
-    const absl::Time now = absl::Now();
-    std::optional<absl::Time> next = state_.NextDeadline();
-    absl::Time wake = now + kMaxTimerSleep;
-    if (next && *next < wake) wake = *next;
-    if (wake > now) {
-      state_changed_ = false;
-      // Wakes early when a call changed the state (it may have set an earlier deadline).
-      mu_.AwaitWithDeadline(
-          absl::Condition(
-              +[](RendezvousService* self) { return self->state_changed_ || self->shutting_down_; },
-              this),
-          wake);
-      continue;
-    }
-    Effects effects;
-    state_.Advance(now, &effects);
-    ApplyLocked(effects, &deliveries);
-    if (!deliveries.empty()) {
-      mu_.Unlock();
-      Deliver(deliveries);
-      mu_.Lock();
-    }
-  }
-}
+}  // namespace
 
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* context,
                                                   const JoinRequest* request,
                                                   JoinResponse* response) {
-  NodeKey key{request->job_id(), request->node().node_id()};
-  auto* reactor = new JoinReactor(this, key, response);
-  Deliveries deliveries;
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shutting_down_) {
-      status = absl::UnavailableError("the rendezvous server is shutting down");
-    } else {
-      Effects effects;
-      status = state_.Join(*request, PeerHost(context->peer()), absl::Now(), &effects);
-      if (status.ok()) {
-        auto [it, inserted] = pending_joins_.try_emplace(key, reactor);
-        if (!inserted) {
-          deliveries.joins.push_back(
-              {it->second, absl::AbortedError("superseded by a newer join of the same node")});
-          it->second = reactor;
-        }
-      }
-      ApplyLocked(effects, &deliveries);
-    }
-  }
-  if (!status.ok()) reactor->Complete(status);
-  Deliver(deliveries);
+  const uint64_t ticket = hub_->NewTicket();
+  auto* reactor = new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket,
+                                  response);
+  hub_->Join(*request, PeerHost(context->peer()), ticket,
+             [reactor](absl::StatusOr<Assignment> result) { reactor->Complete(std::move(result)); });
   return reactor;
 }
 
 grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackServerContext* context,
                                                                const WatchRequest* request) {
-  NodeKey key{request->job_id(), request->node_id()};
-  std::shared_ptr<WatchReactor> reactor = WatchReactor::Create(this, key);
-  std::shared_ptr<WatchReactor> replaced;
-  absl::StatusOr<std::optional<WatchEvent>> missed;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shutting_down_) {
-      missed = absl::UnavailableError("the rendezvous server is shutting down");
-    } else {
-      missed = state_.CatchUp(key, request->known_round());
-    }
-    if (missed.ok()) {
-      std::shared_ptr<WatchReactor>& slot = watches_[key];
-      replaced = std::exchange(slot, reactor);
-    }
-  }
-  if (replaced) replaced->End(grpc::Status(grpc::StatusCode::ABORTED, "replaced by a newer watch"));
-  if (!missed.ok()) {
-    reactor->End(ToGrpcStatus(missed.status()));
-  } else if (*missed) {
-    reactor->Push(**missed);
-  }
+  const uint64_t ticket = hub_->NewTicket();
+  std::shared_ptr<WatchReactor> reactor =
+      WatchReactor::Create(hub_, {request->job_id(), request->node_id()}, ticket);
+  hub_->Watch(*request, ticket,
+              RendezvousHub::Watcher{
+                  [reactor](const WatchEvent& event) { reactor->Push(event); },
+                  [reactor](absl::Status status) { reactor->End(ToGrpcStatus(status)); }});
   return reactor.get();
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* context,
                                                        const HeartbeatRequest* request,
                                                        HeartbeatResponse* response) {
-  absl::StatusOr<int64_t> round;
-  {
-    absl::MutexLock lock(&mu_);
-    round = state_.Heartbeat({request->job_id(), request->node_id()}, absl::Now());
-  }
+  absl::StatusOr<int64_t> round = hub_->Heartbeat({request->job_id(), request->node_id()});
   if (round.ok()) response->set_round(*round);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(round.status()));
-  return reactor;
+  return FinishNow(context, round.status());
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* context,
                                                            const ReportFailureRequest* request,
                                                            ReportFailureResponse* response) {
-  Deliveries deliveries;
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
-    Effects effects;
-    status = state_.ReportFailure({request->job_id(), request->node_id()}, request->round(),
-                                  request->failure(), absl::Now(), &effects);
-    ApplyLocked(effects, &deliveries);
-  }
-  Deliver(deliveries);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishNow(context, hub_->ReportFailure(*request));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportDone(grpc::CallbackServerContext* context,
                                                         const ReportDoneRequest* request,
                                                         ReportDoneResponse* response) {
-  Deliveries deliveries;
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
-    Effects effects;
-    status = state_.ReportDone({request->job_id(), request->node_id()}, request->round(),
-                               absl::Now(), &effects);
-    ApplyLocked(effects, &deliveries);
-  }
-  Deliver(deliveries);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishNow(context, hub_->ReportDone(*request));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* context,
                                                    const LeaveRequest* request,
                                                    LeaveResponse* response) {
-  Deliveries deliveries;
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
-    Effects effects;
-    status = state_.Leave({request->job_id(), request->node_id()}, request->reason(), absl::Now(),
-                          &effects);
-    ApplyLocked(effects, &deliveries);
-  }
-  Deliver(deliveries);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishNow(context, hub_->Leave(*request));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* context,
                                                     const StatusRequest* request,
                                                     StatusResponse* response) {
-  absl::StatusOr<StatusResponse> status;
-  {
-    absl::MutexLock lock(&mu_);
-    status = state_.Status(request->job_id());
-  }
+  absl::StatusOr<StatusResponse> status = hub_->Status(request->job_id());
   if (status.ok()) *response = *std::move(status);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status.status()));
-  return reactor;
+  return FinishNow(context, status.status());
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const std::string& host,
                                                                           int port) {
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
-  server->service_ = std::make_unique<RendezvousService>();
+  server->hub_ = std::make_shared<RendezvousHub>();
+  server->service_ = std::make_unique<RendezvousService>(server->hub_);
   grpc::ServerBuilder builder;
   // Without this, gRPC sets SO_REUSEPORT and a second server on the same port
   // would silently share it instead of failing.
@@ -406,7 +222,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    server->service_->Shutdown();
+    server->hub_->Shutdown();
     if (port != 0) {
       return absl::AlreadyExistsError(
           absl::StrCat("cannot listen on ", address,
@@ -422,7 +238,7 @@ RendezvousServer::~RendezvousServer() { Shutdown(absl::ZeroDuration()); }
 void RendezvousServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
-  service_->Shutdown();
+  hub_->Shutdown();
   if (server_ == nullptr) return;  // Start failed: nothing listens
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();

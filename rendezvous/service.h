@@ -3,31 +3,22 @@
 #ifndef MUSTER_RENDEZVOUS_SERVICE_H_
 #define MUSTER_RENDEZVOUS_SERVICE_H_
 
-#include <map>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/rendezvous.grpc.pb.h"
-#include "rendezvous/state.h"
+#include "rendezvous/hub.h"
 
 namespace muster::rdzv {
 
+// Translates gRPC calls to a RendezvousHub. Holds no state of its own.
 class RendezvousService final : public Rendezvous::CallbackService {
  public:
-  RendezvousService();
-  ~RendezvousService() override;
-  RendezvousService(const RendezvousService&) = delete;
-  RendezvousService& operator=(const RendezvousService&) = delete;
-
-  // Fails every pending join and ends every watch with kUnavailable, and
-  // stops the timer thread. Call before the grpc::Server shuts down.
-  void Shutdown();
+  explicit RendezvousService(std::shared_ptr<RendezvousHub> hub) : hub_(std::move(hub)) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const JoinRequest* request,
                                  JoinResponse* response) override;
@@ -51,32 +42,7 @@ class RendezvousService final : public Rendezvous::CallbackService {
  private:
   class JoinReactor;
   class WatchReactor;
-  struct JoinCompletion {
-    JoinReactor* reactor;
-    absl::StatusOr<Assignment> result;
-  };
-  // What a state change sends out. Delivered after mu_ is released: gRPC may
-  // run a reaction inline, and reactions take mu_.
-  struct Deliveries {
-    std::vector<JoinCompletion> joins;
-    std::vector<std::pair<std::shared_ptr<WatchReactor>, WatchEvent>> pushes;
-    bool empty() const { return joins.empty() && pushes.empty(); }
-  };
-
-  // Turns `effects` into deliveries: completed joins leave pending_joins_.
-  void ApplyLocked(Effects& effects, Deliveries* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void Deliver(Deliveries& deliveries);
-  void DropJoin(const NodeKey& key, JoinReactor* reactor);
-  void DropWatch(const NodeKey& key, WatchReactor* reactor);
-  void TimerLoop();
-
-  absl::Mutex mu_;
-  RendezvousState state_ ABSL_GUARDED_BY(mu_);
-  std::map<NodeKey, JoinReactor*> pending_joins_ ABSL_GUARDED_BY(mu_);
-  std::map<NodeKey, std::shared_ptr<WatchReactor>> watches_ ABSL_GUARDED_BY(mu_);
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  bool state_changed_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread timer_;
+  const std::shared_ptr<RendezvousHub> hub_;
 };
 
 // A gRPC server hosting one RendezvousService.
@@ -88,11 +54,15 @@ class RendezvousServer {
   ~RendezvousServer();
 
   int port() const { return port_; }
+  // The hub behind the service: an agent in the same process talks to it
+  // directly (see local_client.h) rather than through loopback gRPC.
+  const std::shared_ptr<RendezvousHub>& hub() const { return hub_; }
   // Stops accepting calls and ends the ones in flight within `grace`.
   void Shutdown(absl::Duration grace = absl::Seconds(1));
 
  private:
   RendezvousServer() = default;
+  std::shared_ptr<RendezvousHub> hub_;
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -1,0 +1,229 @@
+#include "rendezvous/hub.h"
+
+#include "common/log.h"
+
+namespace muster::rdzv {
+namespace {
+
+// The timer thread wakes at least this often, so a clock jump cannot stall it.
+constexpr absl::Duration kMaxTimerSleep = absl::Seconds(1);
+
+absl::Status Unavailable() {
+  return absl::UnavailableError("the rendezvous server is shutting down");
+}
+
+}  // namespace
+
+RendezvousHub::RendezvousHub() : timer_([this] { TimerLoop(); }) {}
+
+RendezvousHub::~RendezvousHub() { Shutdown(); }
+
+void RendezvousHub::Shutdown() {
+  Deliveries deliveries;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shutting_down_) {
+      shutting_down_ = true;
+      for (auto& [key, join] : joins_) deliveries.joins.emplace_back(std::move(join.done), Unavailable());
+      joins_.clear();
+      for (auto& [key, watch] : watches_) deliveries.ends.emplace_back(watch.watcher, Unavailable());
+      watches_.clear();
+    }
+  }
+  Deliver(deliveries);
+  if (timer_.joinable() && timer_.get_id() != std::this_thread::get_id()) timer_.join();
+}
+
+uint64_t RendezvousHub::NewTicket() {
+  absl::MutexLock lock(&mu_);
+  return next_ticket_++;
+}
+
+void RendezvousHub::ApplyLocked(Effects& effects, Deliveries* out) {
+  static const auto logger = Logger("rdzv");
+  for (const std::string& line : effects.log) logger->info("{}", line);
+  for (auto& [key, assignment] : effects.assigned) {
+    auto it = joins_.find(key);
+    if (it == joins_.end()) continue;  // its caller went away
+    out->joins.emplace_back(std::move(it->second.done), std::move(assignment));
+    joins_.erase(it);
+  }
+  for (auto& [key, status] : effects.join_failed) {
+    auto it = joins_.find(key);
+    if (it == joins_.end()) continue;
+    out->joins.emplace_back(std::move(it->second.done), std::move(status));
+    joins_.erase(it);
+  }
+  for (const auto& [key, event] : effects.pushed) {
+    auto it = watches_.find(key);
+    if (it == watches_.end()) continue;
+    out->events.emplace_back(it->second.watcher, event);
+    if (event.has_job_closed()) watches_.erase(it);  // the last event of a watch
+  }
+  state_changed_ = true;
+}
+
+void RendezvousHub::Deliver(Deliveries& deliveries) {
+  for (auto& [done, result] : deliveries.joins) done(std::move(result));
+  for (auto& [watcher, event] : deliveries.events) watcher->on_event(event);
+  for (auto& [watcher, status] : deliveries.ends) watcher->on_end(std::move(status));
+  deliveries = Deliveries();
+}
+
+absl::Status RendezvousHub::Mutate(const std::function<absl::Status(Effects*)>& change) {
+  Deliveries deliveries;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return Unavailable();
+    Effects effects;
+    status = change(&effects);
+    ApplyLocked(effects, &deliveries);
+  }
+  Deliver(deliveries);
+  return status;
+}
+
+void RendezvousHub::Join(const JoinRequest& request, const std::string& peer, uint64_t ticket,
+                         JoinDone done) {
+  const NodeKey key{request.job_id(), request.node().node_id()};
+  Deliveries deliveries;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status status = shutting_down_ ? Unavailable() : absl::OkStatus();
+    Effects effects;
+    if (status.ok()) status = state_.Join(request, peer, absl::Now(), &effects);
+    if (status.ok()) {
+      PendingJoin& slot = joins_[key];
+      if (slot.done) {
+        deliveries.joins.emplace_back(
+            std::move(slot.done), absl::AbortedError("superseded by a newer join of the same node"));
+      }
+      slot = PendingJoin{ticket, std::move(done)};
+    } else {
+      deliveries.joins.emplace_back(std::move(done), status);
+    }
+    ApplyLocked(effects, &deliveries);
+  }
+  Deliver(deliveries);
+}
+
+void RendezvousHub::CancelJoin(const NodeKey& key, uint64_t ticket) {
+  Deliveries deliveries;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = joins_.find(key);
+    if (it == joins_.end() || it->second.ticket != ticket) return;  // answered already
+    deliveries.joins.emplace_back(std::move(it->second.done),
+                                  absl::CancelledError("join cancelled by the caller"));
+    joins_.erase(it);
+    // Nobody waits for this answer: the node must not be put into a round,
+    // where it could even be everyone's master.
+    Effects effects;
+    state_.Leave(key, "cancelled its join", absl::Now(), &effects).IgnoreError();
+    ApplyLocked(effects, &deliveries);
+  }
+  Deliver(deliveries);
+}
+
+void RendezvousHub::Watch(const WatchRequest& request, uint64_t ticket, Watcher watcher) {
+  const NodeKey key{request.job_id(), request.node_id()};
+  auto shared = std::make_shared<Watcher>(std::move(watcher));
+  Deliveries deliveries;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::optional<WatchEvent>> missed =
+        shutting_down_ ? absl::StatusOr<std::optional<WatchEvent>>(Unavailable())
+                       : state_.CatchUp(key, request.known_round());
+    if (!missed.ok()) {
+      deliveries.ends.emplace_back(shared, missed.status());
+    } else if (*missed && (*missed)->has_job_closed()) {
+      deliveries.events.emplace_back(shared, **missed);
+    } else {
+      Subscription& slot = watches_[key];
+      if (slot.watcher) {
+        deliveries.ends.emplace_back(slot.watcher, absl::AbortedError("replaced by a newer watch"));
+      }
+      slot = Subscription{ticket, shared};
+      if (*missed) deliveries.events.emplace_back(shared, **missed);
+    }
+  }
+  Deliver(deliveries);
+}
+
+void RendezvousHub::CancelWatch(const NodeKey& key, uint64_t ticket) {
+  std::shared_ptr<Watcher> watcher;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = watches_.find(key);
+    if (it == watches_.end() || it->second.ticket != ticket) return;
+    watcher = std::move(it->second.watcher);
+    watches_.erase(it);
+  }
+  watcher->on_end(absl::CancelledError("watch cancelled by the caller"));
+}
+
+absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const NodeKey& node) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return Unavailable();
+  return state_.Heartbeat(node, absl::Now());
+}
+
+absl::Status RendezvousHub::ReportFailure(const ReportFailureRequest& request) {
+  return Mutate([&](Effects* effects) {
+    return state_.ReportFailure({request.job_id(), request.node_id()}, request.round(),
+                                request.failure(), absl::Now(), effects);
+  });
+}
+
+absl::Status RendezvousHub::ReportDone(const ReportDoneRequest& request) {
+  return Mutate([&](Effects* effects) {
+    return state_.ReportDone({request.job_id(), request.node_id()}, request.round(), absl::Now(),
+                             effects);
+  });
+}
+
+absl::Status RendezvousHub::Leave(const LeaveRequest& request) {
+  return Mutate([&](Effects* effects) {
+    return state_.Leave({request.job_id(), request.node_id()}, request.reason(), absl::Now(),
+                        effects);
+  });
+}
+
+absl::StatusOr<StatusResponse> RendezvousHub::Status(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  return state_.Status(job_id);
+}
+
+void RendezvousHub::TimerLoop() {
+  Deliveries deliveries;
+  absl::MutexLock lock(&mu_);
+  while (!shutting_down_) {
+    const absl::Time now = absl::Now();
+    std::optional<absl::Time> next = state_.NextDeadline();
+    absl::Time wake = now + kMaxTimerSleep;
+    if (next && *next < wake) wake = *next;
+    if (wake > now) {
+      state_changed_ = false;
+      // Wakes early when a call changed the state: it may have set an earlier deadline.
+      mu_.AwaitWithDeadline(
+          absl::Condition(
+              +[](RendezvousHub* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+                return self->state_changed_ || self->shutting_down_;
+              },
+              this),
+          wake);
+      continue;
+    }
+    Effects effects;
+    state_.Advance(now, &effects);
+    ApplyLocked(effects, &deliveries);
+    if (!deliveries.empty()) {
+      mu_.Unlock();
+      Deliver(deliveries);
+      mu_.Lock();
+    }
+  }
+}
+
+}  // namespace muster::rdzv

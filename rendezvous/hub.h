@@ -1,0 +1,109 @@
+// The rendezvous as a live, thread-safe object: the state machine, the clock
+// and a timer thread, the joins waiting for their round and the nodes
+// watching their job. Results leave through callbacks, so the gRPC service
+// and the in-process client are both thin adapters over one hub.
+//
+// Callbacks never run with the hub's lock held (they may call back into the
+// hub), and may run on the caller's thread before the call returns.
+#ifndef MUSTER_RENDEZVOUS_HUB_H_
+#define MUSTER_RENDEZVOUS_HUB_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "rendezvous/state.h"
+
+namespace muster::rdzv {
+
+class RendezvousHub {
+ public:
+  using JoinDone = std::function<void(absl::StatusOr<Assignment>)>;
+  struct Watcher {
+    std::function<void(const WatchEvent&)> on_event;
+    // Runs once, when the watch ends for any reason but the job's close:
+    // replaced (kAborted), cancelled (kCancelled), shutdown (kUnavailable),
+    // or refused at the start (unknown job or node). After a JobClosed event
+    // the hub just forgets the watcher.
+    std::function<void(absl::Status)> on_end;
+  };
+
+  // Starts the timer thread.
+  RendezvousHub();
+  // Shuts down.
+  ~RendezvousHub();
+  RendezvousHub(const RendezvousHub&) = delete;
+  RendezvousHub& operator=(const RendezvousHub&) = delete;
+
+  // Ends every pending join and watch with kUnavailable and stops the timer
+  // thread. Later calls fail with kUnavailable.
+  void Shutdown();
+
+  // A ticket names one join or watch, so that a late cancel of an old one
+  // cannot end its successor.
+  uint64_t NewTicket();
+
+  // Starts a join. `done` runs exactly once: with the assignment when the
+  // round completes, or with an error (refused, job closed, timeout,
+  // cancelled, shutdown). `peer` is the address the request came from.
+  void Join(const JoinRequest& request, const std::string& peer, uint64_t ticket, JoinDone done);
+  // Ends the pending join `ticket` with kCancelled, if it is still pending,
+  // and takes its node out of the job: nobody waits for that answer.
+  void CancelJoin(const NodeKey& node, uint64_t ticket);
+
+  // Subscribes the node to its job's events, starting with the one it
+  // missed since `known_round`. Replaces an earlier watch of the node.
+  void Watch(const WatchRequest& request, uint64_t ticket, Watcher watcher);
+  // Ends the watch `ticket` with kCancelled, if it is still open.
+  void CancelWatch(const NodeKey& node, uint64_t ticket);
+
+  absl::StatusOr<int64_t> Heartbeat(const NodeKey& node);
+  absl::Status ReportFailure(const ReportFailureRequest& request);
+  absl::Status ReportDone(const ReportDoneRequest& request);
+  absl::Status Leave(const LeaveRequest& request);
+  absl::StatusOr<StatusResponse> Status(const std::string& job_id);
+
+ private:
+  struct PendingJoin {
+    uint64_t ticket;
+    JoinDone done;
+  };
+  struct Subscription {
+    uint64_t ticket;
+    std::shared_ptr<Watcher> watcher;
+  };
+  // What a state change sends out, collected under mu_ and run after.
+  struct Deliveries {
+    std::vector<std::pair<JoinDone, absl::StatusOr<Assignment>>> joins;
+    std::vector<std::pair<std::shared_ptr<Watcher>, WatchEvent>> events;
+    std::vector<std::pair<std::shared_ptr<Watcher>, absl::Status>> ends;
+    bool empty() const { return joins.empty() && events.empty() && ends.empty(); }
+  };
+
+  void ApplyLocked(Effects& effects, Deliveries* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Deliver(Deliveries& deliveries);
+  // Runs `change` on the state under mu_, then delivers its effects.
+  absl::Status Mutate(const std::function<absl::Status(Effects*)>& change);
+  void TimerLoop();
+
+  absl::Mutex mu_;
+  RendezvousState state_ ABSL_GUARDED_BY(mu_);
+  std::map<NodeKey, PendingJoin> joins_ ABSL_GUARDED_BY(mu_);
+  std::map<NodeKey, Subscription> watches_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool state_changed_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread timer_;
+};
+
+}  // namespace muster::rdzv
+
+#endif  // MUSTER_RENDEZVOUS_HUB_H_
