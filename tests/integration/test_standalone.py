@@ -119,8 +119,10 @@ class Signals(TempDirTest):
     def start_workers(self, *worker_args, grace="30", nproc=2):
         proc = self.start("--standalone", "--nproc-per-node", str(nproc), "--shutdown-timeout",
                           grace, os.path.join(WORKERS, "signals.py"), self.tmp, *worker_args)
-        pids = wait_for(lambda: len(glob.glob(self.path("pid.*"))) == nproc and [
-            int(read_file(p)) for p in sorted(glob.glob(self.path("pid.*")))], timeout=30)
+        def pids_written():
+            files = [p for p in glob.glob(self.path("pid.*")) if not p.endswith(".tmp")]
+            return len(files) == nproc and [int(read_file(p)) for p in files]
+        pids = wait_for(pids_written, timeout=30)
         self.assertTrue(pids, "workers did not start: " + self.read("muster.err"))
         return proc, pids
 

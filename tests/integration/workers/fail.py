@@ -22,8 +22,10 @@ rank = int(os.environ["RANK"])
 @record
 def main():
     if directory:
-        with open(os.path.join(directory, f"pid.{rank}"), "w") as f:
+        path = os.path.join(directory, f"pid.{rank}")
+        with open(path + ".tmp", "w") as f:  # renamed: never seen empty
             f.write(str(os.getpid()))
+        os.replace(path + ".tmp", path)
     if rank == target:
         world = int(os.environ["WORLD_SIZE"])
         deadline = time.monotonic() + 20

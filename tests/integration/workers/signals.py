@@ -18,8 +18,11 @@ rank = os.environ["RANK"]
 
 
 def mark(name):
-    with open(os.path.join(directory, f"{name}.{rank}"), "a") as f:
+    # Written aside and renamed, so a reader never sees the file empty.
+    path = os.path.join(directory, f"{name}.{rank}")
+    with open(path + ".tmp", "w") as f:
         f.write(f"{os.getpid()}\n")
+    os.replace(path + ".tmp", path)
 
 
 def on_signal(signum, frame):
