@@ -149,6 +149,9 @@ class Agent::Impl {
   void StartWorkers(const Assignment& assignment);
   void OnWorkerExit(Worker& worker, ExitStatus status);
   void RecordFailure(const Worker& worker, ExitStatus status, const std::string& message);
+  // Tells the rendezvous (which decides: restart or close) and stops the
+  // rest of this node's workers.
+  void ReportFailureAndStop(const WorkerFailure& failure);
   void StopWorkers(int sig);
   void OnAllStopped();
   void OnPushed(const WatchEvent& event);
@@ -655,26 +658,33 @@ void Agent::Impl::StartWorkers(const Assignment& assignment) {
   phase_ = Phase::kRunning;
   if (!failures_.empty()) {
     const WorkerFailure& failure = failures_.front();
-    logger_->error("rank {}: {}", failure.rank, failure.error ? failure.error->message : "");
-    rdzv::ReportFailureRequest request;
-    request.set_job_id(config_.rdzv_id);
-    request.set_node_id(node_id_);
-    request.set_round(round_);
-    rdzv::Failure* reported = request.mutable_failure();
-    reported->set_rank(failure.rank);
-    reported->set_local_rank(failure.local_rank);
-    reported->set_host(failure.host);
-    reported->set_exit_code(failure.exit_code);
-    reported->set_time_unix_ms(absl::ToUnixMillis(failure.time));
-    if (failure.error) reported->set_message(failure.error->message);
-    client_->ReportFailure(request, ToAbsl(kRpcTimeout), [this](absl::Status status) {
-      RdzvEvent event(RdzvEvent::Kind::kFailureReported);
-      event.status = std::move(status);
-      Post(std::move(event));
-    });
-    after_stop_ = AfterStop::kAwaitDecision;
-    StopWorkers(SIGTERM);
+    logger_->error("rank {} could not start: {}", failure.rank,
+                   failure.error ? failure.error->message : "");
+    ReportFailureAndStop(failure);
   }
+}
+
+void Agent::Impl::ReportFailureAndStop(const WorkerFailure& failure) {
+  rdzv::ReportFailureRequest request;
+  request.set_job_id(config_.rdzv_id);
+  request.set_node_id(node_id_);
+  request.set_round(round_);
+  rdzv::Failure* reported = request.mutable_failure();
+  reported->set_rank(failure.rank);
+  reported->set_local_rank(failure.local_rank);
+  reported->set_host(failure.host);
+  reported->set_pid(failure.pid);
+  reported->set_exit_code(failure.exit_code);
+  reported->set_signal(failure.signal);
+  reported->set_time_unix_ms(absl::ToUnixMillis(failure.time));
+  if (failure.error) reported->set_message(failure.error->message);
+  client_->ReportFailure(request, ToAbsl(kRpcTimeout), [this](absl::Status status) {
+    RdzvEvent event(RdzvEvent::Kind::kFailureReported);
+    event.status = std::move(status);
+    Post(std::move(event));
+  });
+  after_stop_ = AfterStop::kAwaitDecision;
+  StopWorkers(SIGTERM);
 }
 
 void Agent::Impl::RecordFailure(const Worker& worker, ExitStatus status,
@@ -711,26 +721,7 @@ void Agent::Impl::OnWorkerExit(Worker& worker, ExitStatus status) {
       const WorkerFailure& failure = failures_.back();
       logger_->error("rank {} (local rank {}, pid {}) failed: {}; stopping the other workers",
                      failure.rank, failure.local_rank, failure.pid, DescribeExit(failure));
-      rdzv::ReportFailureRequest request;
-      request.set_job_id(config_.rdzv_id);
-      request.set_node_id(node_id_);
-      request.set_round(round_);
-      rdzv::Failure* reported = request.mutable_failure();
-      reported->set_rank(failure.rank);
-      reported->set_local_rank(failure.local_rank);
-      reported->set_host(failure.host);
-      reported->set_pid(failure.pid);
-      reported->set_exit_code(failure.exit_code);
-      reported->set_signal(failure.signal);
-      reported->set_time_unix_ms(absl::ToUnixMillis(failure.time));
-      if (failure.error) reported->set_message(failure.error->message);
-      client_->ReportFailure(request, ToAbsl(kRpcTimeout), [this](absl::Status status) {
-        RdzvEvent event(RdzvEvent::Kind::kFailureReported);
-        event.status = std::move(status);
-        Post(std::move(event));
-      });
-      after_stop_ = AfterStop::kAwaitDecision;
-      StopWorkers(SIGTERM);
+      ReportFailureAndStop(failure);
       return;
     }
     if (live_ == 0) {
@@ -824,10 +815,8 @@ void Agent::Impl::OnJobClosed(const rdzv::JobClosed& closed) {
   closed_ = closed;
   switch (phase_) {
     case Phase::kRunning:
-      after_stop_ = closed.succeeded() ? AfterStop::kRejoin : AfterStop::kExitFailed;
-      if (closed.succeeded()) {
-        logger_->warn("the job closed while this node's workers run: {}", closed.reason());
-      }
+      // Even a job that closed as succeeded cannot use this node's workers any more.
+      logger_->warn("the job closed while this node's workers run: {}", closed.reason());
       after_stop_ = AfterStop::kExitFailed;
       StopWorkers(SIGTERM);
       break;
