@@ -156,6 +156,7 @@ class Agent::Impl {
   void OnAllStopped();
   void OnPushed(const WatchEvent& event);
   void OnRoundChanged(const rdzv::RoundChanged& changed);
+  void OnHeartbeat(const absl::Status& status, int64_t round);
   void OnJobClosed(const rdzv::JobClosed& closed);
   void OpenWatch();
   void ExitFailed(const std::string& why);
@@ -180,6 +181,7 @@ class Agent::Impl {
   int64_t round_ = -1;
   int attempts_ = 0;
   std::optional<rdzv::JobClosed> closed_;
+  int heartbeat_failures_ = 0;  // in a row
 
   std::string log_root_;  // --log-dir, or a temporary directory we made
   bool log_root_is_temp_ = false;
@@ -454,8 +456,9 @@ void Agent::Impl::OnRdzvEvents() {
       case RdzvEvent::Kind::kWatchEnded:
         watch_open_ = false;
         if (!closed_ && !event.status.ok() && !absl::IsCancelled(event.status)) {
-          logger_->warn("lost the rendezvous watch stream ({}); reconnecting",
-                        event.status.message());
+          // Heartbeats say whether the rendezvous is gone for good; the watch just retries.
+          logger_->debug("lost the rendezvous watch stream ({}); reconnecting",
+                         event.status.message());
           watch_retry_at_ = Clock::now() + kWatchRetry;
         }
         break;
@@ -483,15 +486,7 @@ void Agent::Impl::OnRdzvEvents() {
         }
         break;
       case RdzvEvent::Kind::kHeartbeat:
-        if (event.status.ok() && event.round > round_ && phase_ == Phase::kRunning) {
-          // A push was lost: the heartbeat answer says the job moved on.
-          rdzv::RoundChanged changed;
-          changed.set_new_round(event.round);
-          changed.set_detail("the job moved on (seen in a heartbeat)");
-          OnRoundChanged(changed);
-        } else if (!event.status.ok() && !absl::IsCancelled(event.status)) {
-          logger_->warn("heartbeat to {} failed: {}", client_->target(), event.status.message());
-        }
+        OnHeartbeat(event.status, event.round);
         break;
     }
   }
@@ -809,6 +804,62 @@ void Agent::Impl::OnRoundChanged(const rdzv::RoundChanged& changed) {
     case Phase::kExiting:
       break;
   }
+}
+
+void Agent::Impl::OnHeartbeat(const absl::Status& status, int64_t round) {
+  if (absl::IsCancelled(status) || phase_ == Phase::kExiting) return;
+  if (status.ok()) {
+    if (heartbeat_failures_ > 0) logger_->info("the rendezvous at {} answers again", client_->target());
+    heartbeat_failures_ = 0;
+    if (round > round_ && phase_ == Phase::kRunning) {
+      // A push was lost: the heartbeat answer says the job moved on.
+      rdzv::RoundChanged changed;
+      changed.set_new_round(round);
+      changed.set_detail("the job moved on (seen in a heartbeat)");
+      OnRoundChanged(changed);
+    }
+    return;
+  }
+  if (absl::IsNotFound(status) && phase_ == Phase::kRunning) {
+    // The rendezvous dropped this node (it was silent too long): these
+    // workers are no longer part of the job.
+    logger_->warn("the rendezvous dropped this node ({}); stopping the workers and rejoining",
+                  status.message());
+    after_stop_ = AfterStop::kRejoin;
+    StopWorkers(SIGTERM);
+    return;
+  }
+  if (absl::IsFailedPrecondition(status)) {
+    rdzv::JobClosed closed;
+    closed.set_reason(std::string(status.message()));
+    OnJobClosed(closed);
+    return;
+  }
+  ++heartbeat_failures_;
+  if (heartbeat_failures_ == 1) {
+    logger_->warn("heartbeat to the rendezvous at {} failed: {}", client_->target(),
+                  status.message());
+  }
+  if (heartbeat_failures_ < config_.rdzv_conf.keep_alive_max_attempt) return;
+  if (phase_ == Phase::kFinishing) return;  // the pending ReportDone decides
+  const std::string why = absl::StrCat(
+      "the rendezvous at ", client_->target(), " did not answer ", heartbeat_failures_,
+      " heartbeats in a row (keep_alive_max_attempt); the job cannot go on without it");
+  heartbeat_at_.reset();
+  if (phase_ == Phase::kRunning || phase_ == Phase::kStopping) {
+    logger_->error("{}; stopping the workers", why);
+    rdzv::JobClosed closed;
+    closed.set_reason(why);
+    closed_ = closed;
+    if (after_stop_ != AfterStop::kExitSignal) after_stop_ = AfterStop::kExitFailed;
+    if (phase_ == Phase::kRunning) {
+      StopWorkers(SIGTERM);
+    } else if (live_ == 0) {
+      OnAllStopped();
+    }
+    return;
+  }
+  ExitFailed(why);
 }
 
 void Agent::Impl::OnJobClosed(const rdzv::JobClosed& closed) {

@@ -1,0 +1,36 @@
+"""A worker for the multi-node tests: records its environment, then sleeps.
+
+  record.py DIR [--seconds S] [--fail-rank R] [--fail-times K]
+
+Writes DIR/env.<restart>.<world>.<rank>.<pid> (JSON of its environment,
+written aside and renamed). With --fail-rank, that rank exits 1 in its first
+K attempts (K counted by marker files DIR/failed.*). Otherwise it sleeps S
+seconds (default 1) and exits 0; SIGTERM ends it at once.
+"""
+import argparse
+import glob
+import json
+import os
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("dir")
+parser.add_argument("--seconds", type=float, default=1.0)
+parser.add_argument("--fail-rank", type=int, default=-1)
+parser.add_argument("--fail-times", type=int, default=1)
+args = parser.parse_args()
+
+env = dict(os.environ)
+name = "env.{}.{}.{}.{}".format(env["TORCHELASTIC_RESTART_COUNT"], env["WORLD_SIZE"], env["RANK"],
+                                os.getpid())
+path = os.path.join(args.dir, name)
+with open(path + ".tmp", "w") as f:
+    json.dump(env, f)
+os.replace(path + ".tmp", path)
+
+if int(env["RANK"]) == args.fail_rank:
+    failed = len(glob.glob(os.path.join(args.dir, "failed.*")))
+    if failed < args.fail_times:
+        open(os.path.join(args.dir, f"failed.{failed}"), "w").close()
+        raise SystemExit(1)
+time.sleep(args.seconds)
