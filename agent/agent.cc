@@ -21,6 +21,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -48,6 +49,8 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr auto kJoinSlack = std::chrono::seconds(5);
 constexpr auto kRpcTimeout = std::chrono::seconds(10);
 constexpr auto kWatchRetry = std::chrono::seconds(1);
+constexpr auto kProgressInterval = std::chrono::seconds(5);
+constexpr auto kFirstProgress = std::chrono::seconds(2);
 
 absl::Duration ToAbsl(Clock::duration d) { return absl::FromChrono(d); }
 
@@ -122,13 +125,16 @@ class Agent::Impl {
 
   // A result from a gRPC thread, handled on the loop thread.
   struct RdzvEvent {
-    enum class Kind { kJoined, kPushed, kWatchEnded, kFailureReported, kDoneReported, kHeartbeat };
+    enum class Kind {
+      kJoined, kPushed, kWatchEnded, kFailureReported, kDoneReported, kHeartbeat, kJobStatus
+    };
     explicit RdzvEvent(Kind k) : kind(k) {}
     Kind kind;
     absl::StatusOr<Assignment> assignment = absl::UnknownError("unset");
     WatchEvent event;
     absl::Status status;
     int64_t round = -1;
+    rdzv::StatusResponse job_status;
   };
 
   absl::Status SetUp();
@@ -157,6 +163,9 @@ class Agent::Impl {
   void OnPushed(const WatchEvent& event);
   void OnRoundChanged(const rdzv::RoundChanged& changed);
   void OnHeartbeat(const absl::Status& status, int64_t round);
+  // One line, every few seconds while this node waits for its round: who
+  // is there, and who is not.
+  void ReportProgress(const absl::Status& status, const rdzv::StatusResponse& job);
   void OnJobClosed(const rdzv::JobClosed& closed);
   void OpenWatch();
   void ExitFailed(const std::string& why);
@@ -190,7 +199,7 @@ class Agent::Impl {
   int live_ = 0;
   std::vector<WorkerFailure> failures_;  // of the latest failed attempt
 
-  std::optional<Clock::time_point> kill_at_, heartbeat_at_, watch_retry_at_;
+  std::optional<Clock::time_point> kill_at_, heartbeat_at_, watch_retry_at_, progress_at_;
 };
 
 absl::Status Agent::Impl::SetUp() {
@@ -305,7 +314,7 @@ void Agent::Impl::Loop() {
 
 void Agent::Impl::ArmTimer() {
   std::optional<Clock::time_point> next;
-  for (const auto& t : {kill_at_, heartbeat_at_, watch_retry_at_}) {
+  for (const auto& t : {kill_at_, heartbeat_at_, watch_retry_at_, progress_at_}) {
     if (t && (!next || *t < *next)) next = t;
   }
   itimerspec spec = {};
@@ -342,6 +351,18 @@ void Agent::Impl::OnTimer() {
       if (round.ok()) event.round = *round;
       Post(std::move(event));
     });
+  }
+  if (progress_at_ && now >= *progress_at_) {
+    progress_at_ = now + kProgressInterval;
+    rdzv::StatusRequest request;
+    request.set_job_id(config_.rdzv_id);
+    client_->Status(request, ToAbsl(kRpcTimeout),
+                    [this](absl::StatusOr<rdzv::StatusResponse> status) {
+                      RdzvEvent event(RdzvEvent::Kind::kJobStatus);
+                      event.status = status.status();
+                      if (status.ok()) event.job_status = *std::move(status);
+                      Post(std::move(event));
+                    });
   }
   if (watch_retry_at_ && now >= *watch_retry_at_) {
     watch_retry_at_.reset();
@@ -488,12 +509,16 @@ void Agent::Impl::OnRdzvEvents() {
       case RdzvEvent::Kind::kHeartbeat:
         OnHeartbeat(event.status, event.round);
         break;
+      case RdzvEvent::Kind::kJobStatus:
+        if (phase_ == Phase::kJoining) ReportProgress(event.status, event.job_status);
+        break;
     }
   }
 }
 
 void Agent::Impl::StartJoin() {
   phase_ = Phase::kJoining;
+  progress_at_ = Clock::now() + kFirstProgress;
   rdzv::JoinRequest request;
   request.set_job_id(config_.rdzv_id);
   rdzv::JobConfig* job = request.mutable_config();
@@ -527,6 +552,7 @@ void Agent::Impl::OnJoined(absl::StatusOr<Assignment> assignment) {
                             assignment.status().message()));
     return;
   }
+  progress_at_.reset();
   round_ = assignment->round();
   if (!in_job_) {
     in_job_ = true;
@@ -860,6 +886,27 @@ void Agent::Impl::OnHeartbeat(const absl::Status& status, int64_t round) {
     return;
   }
   ExitFailed(why);
+}
+
+void Agent::Impl::ReportProgress(const absl::Status& status, const rdzv::StatusResponse& job) {
+  if (!status.ok()) {
+    logger_->info("waiting for the rendezvous at {} ({})", client_->target(), status.message());
+    return;
+  }
+  std::string line = absl::StrCat("waiting for nodes: ", job.participants(), "/",
+                                  job.config().max_nodes(), " joined (min ",
+                                  job.config().min_nodes(), ", max ", job.config().max_nodes(),
+                                  ")");
+  if (job.last_call_remaining_ms() >= 0) {
+    absl::StrAppend(&line, ", last call ends in ", (job.last_call_remaining_ms() + 999) / 1000, " s");
+  }
+  if (job.missing_count() > 0) {
+    absl::StrAppend(&line, "; not back yet: ", absl::StrJoin(job.missing(), ", "));
+    if (job.missing_count() > job.missing_size()) {
+      absl::StrAppend(&line, " and ", job.missing_count() - job.missing_size(), " more");
+    }
+  }
+  logger_->info("{}", line);
 }
 
 void Agent::Impl::OnJobClosed(const rdzv::JobClosed& closed) {

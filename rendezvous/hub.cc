@@ -192,7 +192,7 @@ absl::Status RendezvousHub::Leave(const LeaveRequest& request) {
 
 absl::StatusOr<StatusResponse> RendezvousHub::Status(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  return state_.Status(job_id);
+  return state_.Status(job_id, absl::Now());
 }
 
 void RendezvousHub::TimerLoop() {

@@ -296,7 +296,8 @@ std::optional<absl::Time> RendezvousState::NextDeadline() const {
   return next;
 }
 
-absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id) const {
+absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id,
+                                                       std::optional<absl::Time> now) const {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("no job '", job_id, "' on this server"));
@@ -313,6 +314,20 @@ absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id)
                                                       : static_cast<int>(job.participants.size()));
   response.set_waiting(static_cast<int>(job.waiting.size()));
   *response.mutable_config() = job.config;
+  response.set_last_call_remaining_ms(-1);
+  if (job.phase == Phase::kOpen) {
+    if (job.last_call_deadline && now) {
+      response.set_last_call_remaining_ms(
+          std::max<int64_t>(0, absl::ToInt64Milliseconds(*job.last_call_deadline - *now)));
+    }
+    constexpr int kMaxNamed = 16;
+    int missing = 0;
+    for (const std::string& node_id : job.expected) {
+      if (job.joined.contains(node_id)) continue;
+      if (++missing <= kMaxNamed) response.add_missing(job.nodes.at(node_id).info.host());
+    }
+    response.set_missing_count(missing);
+  }
   return response;
 }
 

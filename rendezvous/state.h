@@ -92,7 +92,9 @@ class RendezvousState {
   // The earliest time at which Advance has something to do, if any.
   std::optional<absl::Time> NextDeadline() const;
 
-  absl::StatusOr<StatusResponse> Status(absl::string_view job_id) const;
+  // `now`, when given, dates last_call_remaining_ms.
+  absl::StatusOr<StatusResponse> Status(absl::string_view job_id,
+                                        std::optional<absl::Time> now = std::nullopt) const;
 
   // For a node opening its watch stream while it believes it is in
   // `known_round`: the event it missed, if the job moved on (closed, or a
