@@ -264,13 +264,14 @@ absl::StatusOr<int> Agent::Impl::Run() {
   Loop();
   if (stop_signal_ != 0 && in_job_) {
     // Tell the job we left on purpose, so it does not wait out a heartbeat.
-    absl::Notification left;
+    // Shared: the answer may come after we stopped waiting for it.
+    auto left = std::make_shared<absl::Notification>();
     rdzv::LeaveRequest request;
     request.set_job_id(config_.rdzv_id);
     request.set_node_id(node_id_);
     request.set_reason(absl::StrCat("agent stopped by ", SignalName(stop_signal_)));
-    client_->Leave(request, absl::Seconds(1), [&left](absl::Status) { left.Notify(); });
-    left.WaitForNotificationWithTimeout(absl::Seconds(2));
+    client_->Leave(request, absl::Seconds(1), [left](absl::Status) { left->Notify(); });
+    left->WaitForNotificationWithTimeout(absl::Seconds(2));
   }
   if (exit_code_ == kExitSuccess && log_root_is_temp_) {
     std::error_code ignored;

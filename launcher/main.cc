@@ -1,12 +1,16 @@
 // muster: the launcher and node agent. Parses torchrun's command line, checks
 // what can be checked before anything starts, sets up the rendezvous (embedded
 // when this node hosts it) and runs the agent.
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -93,6 +97,36 @@ bool IsLoopback(const std::string& host) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
+// Whether `host` (a name or an address) is one of this machine's addresses,
+// so that the agent here should host the rendezvous it names.
+bool IsLocalAddress(const std::string& host) {
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* resolved = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &resolved) != 0) return false;
+  ifaddrs* interfaces = nullptr;
+  bool local = false;
+  if (getifaddrs(&interfaces) == 0) {
+    for (addrinfo* a = resolved; a != nullptr && !local; a = a->ai_next) {
+      for (ifaddrs* i = interfaces; i != nullptr && !local; i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a->ai_family) continue;
+        if (a->ai_family == AF_INET) {
+          local = reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr ==
+                  reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+        } else if (a->ai_family == AF_INET6) {
+          local = std::memcmp(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr,
+                              &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr,
+                              sizeof(in6_addr)) == 0;
+        }
+      }
+    }
+    freeifaddrs(interfaces);
+  }
+  freeaddrinfo(resolved);
+  return local;
+}
+
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   absl::StatusOr<ParsedCommandLine> parsed = ParseCommandLine(args, GetEnv);
@@ -166,6 +200,7 @@ int Main(int argc, char** argv) {
   std::shared_ptr<rdzv::RendezvousHub> hub;
   std::unique_ptr<rdzv::RendezvousServer> server;
   std::string target;
+  std::string host_addr = "127.0.0.1";  // how the other nodes reach a hosting node
   if (config.standalone || static_backend) {
     // One node: the rendezvous only counts restarts; nobody else needs to
     // reach it, so it gets no port. Its log would repeat the agent's.
@@ -179,7 +214,7 @@ int Main(int argc, char** argv) {
     const std::string host_name = HostName();
     const bool may_host = config.rdzv_conf.is_host.value_or(
         IsLoopback(endpoint.host) || endpoint.host == host_name ||
-        endpoint.host == config.local_addr);
+        endpoint.host == config.local_addr || IsLocalAddress(endpoint.host));
     if (may_host) {
       const std::string bind = IsLoopback(endpoint.host) ? endpoint.host : "0.0.0.0";
       absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
@@ -187,6 +222,7 @@ int Main(int argc, char** argv) {
       if (started.ok()) {
         server = *std::move(started);
         hub = server->hub();
+        host_addr = endpoint.host == "localhost" ? "127.0.0.1" : endpoint.host;
         Logger("agent")->info("hosting the rendezvous for job '{}' on port {}", config.rdzv_id,
                               endpoint.port);
       } else if (config.rdzv_conf.is_host.value_or(false)) {
@@ -207,7 +243,7 @@ int Main(int argc, char** argv) {
   options.static_ranks = static_backend;
   absl::StatusOr<int> code = kExitWorkersFailed;
   {
-    Agent agent(std::move(options), hub ? rdzv::NewLocalClient(hub)
+    Agent agent(std::move(options), hub ? rdzv::NewLocalClient(hub, host_addr)
                                         : rdzv::RendezvousClient::Create(target));
     code = agent.Run();
   }

@@ -2,7 +2,8 @@
 
 #include <utility>
 
-#include <set>
+#include <map>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -40,7 +41,7 @@ class GrpcRendezvousClient final : public RendezvousClient {
   class WatchStream;
 
   // A context with the deadline, registered so the destructor can cancel it.
-  grpc::ClientContext* NewCall(absl::Duration timeout, bool wait_for_ready);
+  std::shared_ptr<grpc::ClientContext> NewCall(absl::Duration timeout, bool wait_for_ready);
   void EndCall(grpc::ClientContext* context);
   template <typename Request, typename Response, typename Result>
   void Unary(void (Rendezvous::Stub::async_interface::*method)(grpc::ClientContext*, const Request*,
@@ -54,9 +55,11 @@ class GrpcRendezvousClient final : public RendezvousClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Rendezvous::Stub> stub_;
 
+  // No gRPC call is made with mu_ held: gRPC may run a callback inline,
+  // and callbacks take mu_.
   absl::Mutex mu_;
-  std::set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(mu_);
-  WatchStream* watch_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::map<grpc::ClientContext*, std::shared_ptr<grpc::ClientContext>> calls_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<WatchStream> watch_ ABSL_GUARDED_BY(mu_);
   int streams_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -68,7 +71,9 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
       : client_(client), request_(request), on_event_(std::move(on_event)),
         on_end_(std::move(on_end)) {}
 
-  void Start() {
+  // Keeps the stream alive until OnDone, however the client lets go of it.
+  void Start(std::shared_ptr<WatchStream> self) {
+    self_ = std::move(self);
     client_->stub_->async()->Watch(&context_, &request_, this);
     StartRead(&event_);
     StartCall();
@@ -84,16 +89,15 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
 
   void OnDone(const grpc::Status& status) override {
     on_end_(FromGrpcStatus(status));
-    {
-      absl::MutexLock lock(&client_->mu_);
-      if (client_->watch_ == this) client_->watch_ = nullptr;
-      --client_->streams_;
-    }
-    delete this;
+    std::shared_ptr<WatchStream> self = std::move(self_);  // released after the lock
+    absl::MutexLock lock(&client_->mu_);
+    if (client_->watch_.get() == this) client_->watch_.reset();
+    --client_->streams_;
   }
 
  private:
   GrpcRendezvousClient* const client_;
+  std::shared_ptr<WatchStream> self_;
   grpc::ClientContext context_;
   const WatchRequest request_;
   WatchEvent event_;
@@ -113,9 +117,18 @@ GrpcRendezvousClient::GrpcRendezvousClient(std::string target) : target_(std::mo
 }
 
 GrpcRendezvousClient::~GrpcRendezvousClient() {
+  std::vector<std::shared_ptr<grpc::ClientContext>> calls;
+  std::shared_ptr<WatchStream> watch;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [raw, context] : calls_) calls.push_back(context);
+    watch = watch_;
+  }
+  for (const auto& context : calls) context->TryCancel();
+  if (watch) watch->Cancel();
+  calls.clear();
+  watch.reset();
   absl::MutexLock lock(&mu_);
-  for (grpc::ClientContext* context : calls_) context->TryCancel();
-  if (watch_ != nullptr) watch_->Cancel();
   mu_.Await(absl::Condition(
       +[](GrpcRendezvousClient* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
         return self->calls_.empty() && self->streams_ == 0;
@@ -123,21 +136,23 @@ GrpcRendezvousClient::~GrpcRendezvousClient() {
       this));
 }
 
-grpc::ClientContext* GrpcRendezvousClient::NewCall(absl::Duration timeout, bool wait_for_ready) {
-  auto* context = new grpc::ClientContext();
+std::shared_ptr<grpc::ClientContext> GrpcRendezvousClient::NewCall(absl::Duration timeout,
+                                                                  bool wait_for_ready) {
+  auto context = std::make_shared<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   context->set_wait_for_ready(wait_for_ready);
   absl::MutexLock lock(&mu_);
-  calls_.insert(context);
+  calls_.emplace(context.get(), context);
   return context;
 }
 
 void GrpcRendezvousClient::EndCall(grpc::ClientContext* context) {
-  {
-    absl::MutexLock lock(&mu_);
-    calls_.erase(context);
-  }
-  delete context;
+  std::shared_ptr<grpc::ClientContext> ended;  // dropped after the lock
+  absl::MutexLock lock(&mu_);
+  auto it = calls_.find(context);
+  if (it == calls_.end()) return;
+  ended = std::move(it->second);
+  calls_.erase(it);
 }
 
 template <typename Request, typename Response, typename Result>
@@ -146,7 +161,8 @@ void GrpcRendezvousClient::Unary(
                                                       Response*, std::function<void(grpc::Status)>),
     const Request& request, absl::Duration timeout, bool wait_for_ready,
     std::function<Result(absl::Status, Response&)> convert, std::function<void(Result)> done) {
-  grpc::ClientContext* context = NewCall(timeout, wait_for_ready);
+  // calls_ owns the context until EndCall, at the end of the callback.
+  grpc::ClientContext* context = NewCall(timeout, wait_for_ready).get();
   auto call = std::make_shared<std::pair<Request, Response>>(request, Response());
   (stub_->async()->*method)(
       context, &call->first, &call->second,
@@ -220,14 +236,15 @@ void GrpcRendezvousClient::Status(const StatusRequest& request, absl::Duration t
 void GrpcRendezvousClient::Watch(const WatchRequest& request,
                              std::function<void(const WatchEvent&)> on_event,
                              std::function<void(absl::Status)> on_end) {
-  auto* stream = new WatchStream(this, request, std::move(on_event), std::move(on_end));
+  auto stream = std::make_shared<WatchStream>(this, request, std::move(on_event), std::move(on_end));
+  std::shared_ptr<WatchStream> replaced;
   {
     absl::MutexLock lock(&mu_);
-    if (watch_ != nullptr) watch_->Cancel();
-    watch_ = stream;
+    replaced = std::exchange(watch_, stream);
     ++streams_;
   }
-  stream->Start();
+  if (replaced) replaced->Cancel();
+  stream->Start(stream);
 }
 
 }  // namespace

@@ -28,8 +28,8 @@ std::function<void(Arg)> Guarded(const std::shared_ptr<Guard>& guard,
 
 class LocalRendezvousClient final : public RendezvousClient {
  public:
-  explicit LocalRendezvousClient(std::shared_ptr<RendezvousHub> hub)
-      : hub_(std::move(hub)), guard_(std::make_shared<Guard>()) {}
+  LocalRendezvousClient(std::shared_ptr<RendezvousHub> hub, std::string peer_addr)
+      : hub_(std::move(hub)), guard_(std::make_shared<Guard>()), peer_addr_(std::move(peer_addr)) {}
 
   ~LocalRendezvousClient() override {
     {
@@ -59,7 +59,7 @@ class LocalRendezvousClient final : public RendezvousClient {
       absl::MutexLock lock(&mu_);
       joins_.emplace(key, ticket);
     }
-    hub_->Join(request, "127.0.0.1", ticket,
+    hub_->Join(request, peer_addr_, ticket,
                [this, key, ticket, guard = guard_,
                 done = std::move(done)](absl::StatusOr<Assignment> result) {
                  absl::MutexLock lock(&guard->mu);
@@ -113,6 +113,7 @@ class LocalRendezvousClient final : public RendezvousClient {
  private:
   const std::shared_ptr<RendezvousHub> hub_;
   const std::shared_ptr<Guard> guard_;
+  const std::string peer_addr_;
   const std::string target_ = "this process";
   absl::Mutex mu_;
   std::set<std::pair<NodeKey, uint64_t>> joins_ ABSL_GUARDED_BY(mu_);
@@ -121,8 +122,9 @@ class LocalRendezvousClient final : public RendezvousClient {
 
 }  // namespace
 
-std::unique_ptr<RendezvousClient> NewLocalClient(std::shared_ptr<RendezvousHub> hub) {
-  return std::make_unique<LocalRendezvousClient>(std::move(hub));
+std::unique_ptr<RendezvousClient> NewLocalClient(std::shared_ptr<RendezvousHub> hub,
+                                                 std::string peer_addr) {
+  return std::make_unique<LocalRendezvousClient>(std::move(hub), std::move(peer_addr));
 }
 
 }  // namespace muster::rdzv

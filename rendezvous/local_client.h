@@ -11,8 +11,11 @@
 
 namespace muster::rdzv {
 
-// The client reports itself to the hub as peer 127.0.0.1.
-std::unique_ptr<RendezvousClient> NewLocalClient(std::shared_ptr<RendezvousHub> hub);
+// `peer_addr` is the address the hub records for this node when it
+// advertises none: what the other nodes reach this host at (the rendezvous
+// endpoint's host, which they connect to), as a remote peer's address would be.
+std::unique_ptr<RendezvousClient> NewLocalClient(std::shared_ptr<RendezvousHub> hub,
+                                                 std::string peer_addr = "127.0.0.1");
 
 }  // namespace muster::rdzv
 

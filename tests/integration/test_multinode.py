@@ -162,7 +162,7 @@ class LostNodes(MultiNodeTest):
         survivors = [p for p in procs if p is not victim]
         for p in survivors:
             p.send_signal(signal.SIGTERM)
-        self.assertEqual(self.wait_all(survivors), [143, 143])
+        self.assertEqual(self.wait_all(survivors), [143, 143], self.errors(["n0", "n1", "n2"]))
 
     def test_host_killed_the_others_stop_with_a_clear_error(self):
         procs = [self.agent(f"n{i}", "--no-python", "/usr/bin/python3", RECORD, self.tmp,

@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""Multi-node figures on loopback: muster against torchrun's c10d, same run.
+
+  bench/multinode.py [--muster PATH] [--agents 16] [--skip-torchrun]
+
+Restart latency: two agents (--nnodes 2, one worker each, --max-restarts 1);
+rank 1 exits 1 once; the time from that exit until every worker of the next
+attempt has started. Workers are /bin/sh, which stamp the clock themselves.
+Start-up: N agents (--nnodes N, one worker each), from the moment the first
+agent is started until every worker has started.
+"""
+import argparse
+import glob
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TORCHRUN = ["/usr/bin/python3", os.path.join(ROOT, "tests", "integration", "torchrun.py")]
+
+# Stamps its start (ns) in DIR/start.<restart>.<rank>. With FAIL=1, rank 1
+# of attempt 0 stamps DIR/exit and exits 1, while the others of attempt 0
+# sleep until they are stopped; later attempts end after SLEEP seconds.
+WORKER = r'''
+d=$1
+echo $(date +%s%N) > $d/start.$TORCHELASTIC_RESTART_COUNT.$RANK
+if [ "$FAIL" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  if [ "$RANK" = 1 ]; then sleep 1; date +%s%N > $d/exit; exit 1; fi
+  sleep 60
+fi
+sleep ${SLEEP:-1}
+'''
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agent_command(launcher, muster, nnodes, port, job, max_restarts, directory, torch_interval):
+    worker = ["sh", "-c", WORKER, "worker", directory]
+    if launcher == "muster":
+        return [muster, "--nnodes", str(nnodes), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job, "--max-restarts",
+                str(max_restarts), "--rdzv-conf", "last_call_timeout=1", "--no-python", *worker]
+    extra = ["--monitor_interval", str(torch_interval)] if torch_interval else []
+    return TORCHRUN + ["--nnodes", str(nnodes), "--nproc_per_node", "1", "--rdzv_backend", "c10d",
+                       "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", job, "--max_restarts",
+                       str(max_restarts), *extra, "--no_python", *worker]
+
+
+def run_agents(commands, env, timeout):
+    procs = []
+    started = time.time_ns()
+    for command in commands:
+        procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL))
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            sys.exit(f"agents did not finish in {timeout} s: {commands[0][:3]}")
+    return started, [p.returncode for p in procs]
+
+
+def stamps(directory, pattern):
+    out = {}
+    for path in glob.glob(os.path.join(directory, pattern)):
+        with open(path) as f:
+            out[os.path.basename(path)] = int(f.read().strip())
+    return out
+
+
+def restart_latency(launcher, muster, torch_interval=None):
+    with tempfile.TemporaryDirectory(prefix="muster-bench-") as d:
+        port = free_port()
+        env = dict(os.environ, FAIL="1", SLEEP="0.5", OMP_NUM_THREADS="1")
+        commands = [agent_command(launcher, muster, 2, port, "restart", 1, d, torch_interval)
+                    for _ in range(2)]
+        _, codes = run_agents(commands, env, timeout=120)
+        if codes != [0, 0]:
+            sys.exit(f"{launcher}: agents exited {codes}")
+        exit_ns = stamps(d, "exit")["exit"]
+        restarted = stamps(d, "start.1.*")
+        if len(restarted) != 2:
+            sys.exit(f"{launcher}: {len(restarted)} workers restarted, want 2")
+        return (max(restarted.values()) - exit_ns) / 1e6
+
+
+def startup(launcher, muster, agents, torch_interval=None):
+    with tempfile.TemporaryDirectory(prefix="muster-bench-") as d:
+        port = free_port()
+        env = dict(os.environ, FAIL="0", SLEEP="0.5", OMP_NUM_THREADS="1")
+        commands = [agent_command(launcher, muster, agents, port, "startup", 0, d, torch_interval)
+                    for _ in range(agents)]
+        began, codes = run_agents(commands, env, timeout=300)
+        if any(codes):
+            sys.exit(f"{launcher}: agents exited {codes}")
+        started = stamps(d, "start.0.*")
+        if len(started) != agents:
+            sys.exit(f"{launcher}: {len(started)} workers started, want {agents}")
+        return (max(started.values()) - began) / 1e6
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--muster", default=os.path.join(ROOT, "build", "launcher", "muster"))
+    parser.add_argument("--agents", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--skip-torchrun", action="store_true")
+    args = parser.parse_args()
+
+    runs = sorted(restart_latency("muster", args.muster) for _ in range(args.runs))
+    m = runs[len(runs) // 2]
+    print(f"restart latency, 2 agents on loopback (median of {args.runs}, all: "
+          f"{', '.join(f'{r:.1f}' for r in runs)} ms)")
+    print(f"  muster                          {m:8.1f} ms")
+    if not args.skip_torchrun:
+        t = restart_latency("torchrun", args.muster, torch_interval=0.1)
+        print(f"  torchrun --monitor_interval 0.1 {t:8.1f} ms  ratio {t / m:6.1f}x")
+        t = restart_latency("torchrun", args.muster)
+        print(f"  torchrun (default interval)     {t:8.1f} ms  ratio {t / m:6.1f}x")
+
+    runs = sorted(startup("muster", args.muster, args.agents) for _ in range(args.runs))
+    m = runs[len(runs) // 2]
+    print(f"start-up, {args.agents} agents on loopback until every worker runs (median of "
+          f"{args.runs}, all: {', '.join(f'{r:.0f}' for r in runs)} ms)")
+    print(f"  muster                          {m:8.1f} ms")
+    if not args.skip_torchrun:
+        t = startup("torchrun", args.muster, args.agents, torch_interval=0.1)
+        print(f"  torchrun --monitor_interval 0.1 {t:8.1f} ms  ratio {t / m:6.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Several hosts with their own addresses: one network namespace per host,
+joined by veth pairs to a bridge in a "switch" namespace. The test makes and
+removes all of it; nothing touches the machine's own network, and every
+address lives only inside these namespaces. Needs root (CI runs as root)."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+from harness import MUSTER, WORKERS, TempDirTest, env, read_file, wait_for
+
+RECORD = os.path.join(WORKERS, "record.py")
+HOSTS = 3
+SUBNET = "10.77.0"
+PORT = 29400
+
+
+def ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20, check=check)
+
+
+class Topology:
+    def __init__(self):
+        tag = f"mu{os.getpid() % 100000}"
+        self.switch = f"{tag}sw"
+        self.hosts = [f"{tag}h{i}" for i in range(HOSTS)]
+
+    def address(self, i):
+        return f"{SUBNET}.{i + 1}"
+
+    def create(self):
+        ip("netns", "add", self.switch)
+        ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        ip("-n", self.switch, "link", "set", "br0", "up")
+        for i, host in enumerate(self.hosts):
+            ip("netns", "add", host)
+            ip("-n", host, "link", "set", "lo", "up")
+            ip("-n", self.switch, "link", "add", f"e{i}", "type", "veth", "peer", "name", "eth0",
+               "netns", host)
+            ip("-n", self.switch, "link", "set", f"e{i}", "master", "br0", "up")
+            ip("-n", host, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
+            ip("-n", host, "link", "set", "eth0", "up")
+
+    def destroy(self):
+        for name in [self.switch, *self.hosts]:
+            ip("netns", "del", name, check=False)
+
+    def cut(self, i):
+        """Pulls host i's cable: its switch port goes down."""
+        ip("-n", self.switch, "link", "set", f"e{i}", "down")
+
+    def mend(self):
+        for i in range(len(self.hosts)):
+            ip("-n", self.switch, "link", "set", f"e{i}", "up")
+
+
+def namespaces_usable():
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces"
+    probe = f"muprobe{os.getpid()}"
+    result = ip("netns", "add", probe, check=False)
+    if result.returncode != 0:
+        return f"cannot create a network namespace: {result.stderr.strip()}"
+    ip("netns", "del", probe, check=False)
+    return None
+
+
+SKIP_REASON = namespaces_usable()
+
+
+@unittest.skipIf(SKIP_REASON, SKIP_REASON or "")
+class SeveralHosts(TempDirTest):
+    @classmethod
+    def setUpClass(cls):
+        cls.net = Topology()
+        try:
+            cls.net.create()
+        except subprocess.CalledProcessError as e:
+            cls.net.destroy()
+            raise unittest.SkipTest(f"cannot build the test network: {e.stderr.strip()}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.net.destroy()
+
+
+    def setUp(self):
+        super().setUp()
+        self.net.mend()
+        self.addCleanup(self.net.mend)
+
+    def agent(self, i, *args, nnodes="3", conf=""):
+        rdzv_conf = "last_call_timeout=1,keep_alive_interval=0.5,heartbeat_timeout=3"
+        if conf:
+            rdzv_conf += "," + conf
+        out = open(self.path(f"n{i}.out"), "w")
+        err = open(self.path(f"n{i}.err"), "w")
+        command = ["ip", "netns", "exec", self.net.hosts[i], MUSTER, "--nnodes", nnodes,
+                   "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                   f"{self.net.address(0)}:{PORT}", "--rdzv-id", "netjob", "--rdzv-conf",
+                   rdzv_conf, "--node-rank", str(i), "--no-python", "/usr/bin/python3", RECORD,
+                   self.tmp, *args]
+        proc = subprocess.Popen(command, env=env(), stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.addCleanup(self._reap, proc, out, err)
+        return proc
+
+    def records(self):
+        out = []
+        for path in glob.glob(self.path("env.*")):
+            if not path.endswith(".tmp"):
+                _, restart, world, rank, _ = os.path.basename(path).split(".")
+                out.append((int(restart), int(world), int(rank), json.loads(read_file(path))))
+        return out
+
+    def errors(self, indices):
+        return "\n".join(f"--- n{i}\n{self.read(f'n{i}.err')}" for i in indices)
+
+    def test_three_hosts_form_one_job_with_host_0_as_master(self):
+        procs = [self.agent(i) for i in range(HOSTS)]
+        codes = [p.wait(timeout=60) for p in procs]
+        self.assertEqual(codes, [0, 0, 0], self.errors(range(HOSTS)))
+        records = self.records()
+        self.assertEqual(sorted(r[2] for r in records), [0, 1, 2, 3, 4, 5])
+        self.assertEqual({r[3]["MASTER_ADDR"] for r in records}, {self.net.address(0)})
+        self.assertEqual(len({r[3]["MASTER_PORT"] for r in records}), 1)
+        for _, _, rank, e in records:
+            self.assertEqual(e["GROUP_RANK"], str(rank // 2))
+        self.assertIn("hosting the rendezvous", self.read("n0.err"))
+
+    def test_cut_link_is_a_dead_node_and_the_rest_go_on(self):
+        procs = [self.agent(i, "--seconds", "20", nnodes="2:3") for i in range(HOSTS)]
+        started = wait_for(lambda: len([r for r in self.records() if r[1] == 6]) == 6, timeout=30)
+        self.assertTrue(started, self.errors(range(HOSTS)))
+        self.net.cut(2)
+        cut_at = time.monotonic()
+        reformed = wait_for(lambda: len([r for r in self.records() if r[1] == 4]) == 4, timeout=30)
+        self.assertTrue(reformed, self.errors(range(HOSTS)))
+        self.assertLess(time.monotonic() - cut_at, 3 + 1 + 1.5)
+        four = [r for r in self.records() if r[1] == 4]
+        self.assertEqual(sorted(r[2] for r in four), [0, 1, 2, 3])
+        self.assertEqual({r[3]["MASTER_ADDR"] for r in four}, {self.net.address(0)})
+        # The cut-off host cannot reach the rendezvous: it gives up on its own.
+        self.assertEqual(procs[2].wait(timeout=30), 1, self.errors([2]))
+        self.assertIn("did not answer", self.read("n2.err"))
+        for p in procs[:2]:
+            p.send_signal(signal.SIGTERM)
+        self.assertEqual([p.wait(timeout=30) for p in procs[:2]], [143, 143])
+
+    def test_sigkill_one_host_the_others_reform(self):
+        procs = [self.agent(i, "--seconds", "20", nnodes="2:3") for i in range(HOSTS)]
+        started = wait_for(lambda: len([r for r in self.records() if r[1] == 6]) == 6, timeout=30)
+        self.assertTrue(started, self.errors(range(HOSTS)))
+        # `ip netns exec` execs muster, so the pid is the agent's.
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait(timeout=10)
+        reformed = wait_for(lambda: len([r for r in self.records() if r[1] == 4]) == 4, timeout=30)
+        self.assertTrue(reformed, self.errors([0, 2]))
+        for p in (procs[0], procs[2]):
+            p.send_signal(signal.SIGTERM)
+        self.assertEqual([procs[0].wait(timeout=30), procs[2].wait(timeout=30)], [143, 143])
+
+
+if __name__ == "__main__":
+    unittest.main()
