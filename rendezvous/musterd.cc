@@ -1,0 +1,199 @@
+// musterd: the standalone rendezvous daemon. One process serves the
+// rendezvous of many jobs at once, one per --rdzv-id; agents reach it with
+// `muster --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID ...`.
+// main parses flags, starts the server and waits for SIGTERM or SIGINT; the
+// rules live in the hub and the state machine.
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/log.h"
+#include "common/unique_fd.h"
+#include "rendezvous/grpc_log.h"
+#include "rendezvous/service.h"
+
+namespace muster {
+namespace {
+
+constexpr int kExitSuccess = 0;
+constexpr int kExitCannotServe = 1;
+constexpr int kExitUsage = 2;
+constexpr int kDefaultPort = 29400;
+// Pending joins and watches are told at once that the server is going away;
+// this only bounds calls that arrive during the shutdown.
+constexpr absl::Duration kShutdownGrace = absl::Milliseconds(500);
+
+constexpr const char* kFooter = R"(Exit status:
+  0  stopped by SIGTERM or SIGINT; pending joins were told the server is going away
+  1  cannot serve: the port is in use, or --listen is not an address of this host
+  2  usage error
+
+Agents connect with:
+  muster --rdzv-backend c10d --rdzv-endpoint THIS_HOST:PORT --rdzv-id JOB --nnodes N ...
+Set MUSTER_LOG_LEVEL=debug for more detail (with GRPC_VERBOSITY=debug, gRPC's own log).)";
+
+int Error(int code, absl::string_view message) {
+  std::fprintf(stderr, "musterd: error: %.*s\n", static_cast<int>(message.size()), message.data());
+  return code;
+}
+
+std::string StripBrackets(const std::string& host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    return host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+std::string HostPort(const std::string& host, int port) {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
+                                             : absl::StrCat(host, ":", port);
+}
+
+// Why gRPC could not listen, in words a user can act on: gRPC's own failure
+// says neither which nor why, so bind a socket of our own and read errno.
+std::string WhyCannotListen(const std::string& host, int port) {
+  const std::string where = HostPort(host, port);
+  addrinfo hints = {};
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return absl::StrCat("cannot listen on ", where, ": cannot resolve ", host, " (",
+                        gai_strerror(rc),
+                        "); give --listen an address of this host, or 0.0.0.0 "
+                        "or :: for all of them");
+  }
+  int error = 0;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    UniqueFd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    if (!fd.valid()) {
+      error = errno;
+      continue;
+    }
+    const int one = 1;  // as gRPC does, so a port in TIME_WAIT is not "in use"
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    error = bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (error != 0) break;
+  }
+  freeaddrinfo(found);
+  switch (error) {
+    case EADDRINUSE:
+      return absl::StrCat("cannot listen on ", where, ": port ", port,
+                          " is in use (another musterd, or a muster agent hosting a rendezvous "
+                          "there?); stop that process, or give --port another port (0 picks a "
+                          "free one) and point the agents' --rdzv-endpoint at it");
+    case EADDRNOTAVAIL:
+      return absl::StrCat("cannot listen on ", where, ": ", host,
+                          " is not an address of this host; give --listen one of its addresses, "
+                          "or 0.0.0.0 or :: for all of them");
+    case EACCES:
+      return absl::StrCat("cannot listen on ", where, ": port ", port,
+                          " needs privileges; give --port 1024 or above");
+    case 0:
+      return absl::StrCat(
+          "cannot listen on ", where,
+          "; run with MUSTER_LOG_LEVEL=debug GRPC_VERBOSITY=debug for gRPC's reason");
+    default:
+      return absl::StrCat("cannot listen on ", where, ": ", std::strerror(error));
+  }
+}
+
+// Daemon logs outlive a terminal: every line gets a time.
+void UseTimestampedLogs() {
+  for (const char* component : {"musterd", "rdzv", "grpc"}) {
+    Logger(component)->set_pattern("%Y-%m-%d %H:%M:%S.%e [%n] %^%l%$: %v");
+  }
+}
+
+int Main(int argc, char** argv) {
+  std::string listen = "0.0.0.0";
+  std::string port_text = std::to_string(kDefaultPort);
+  CLI::App app(
+      "musterd: the standalone rendezvous server for muster (and torchrun-style) jobs. It serves "
+      "many jobs at once, one per --rdzv-id, and logs a line per round.",
+      "musterd");
+  app.add_option("--listen", listen,
+                 "address to listen on: an IPv4 or IPv6 address of this host, or 0.0.0.0 / :: "
+                 "for all of them")
+      ->type_name("ADDR")
+      ->capture_default_str();
+  app.add_option("--port", port_text,
+                 "TCP port to listen on; 0 picks a free one (printed at start)")
+      ->type_name("PORT")
+      ->capture_default_str();
+  app.set_version_flag("--version", std::string("musterd ") + MUSTER_VERSION);
+  app.footer(kFooter);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return kExitSuccess;
+  } catch (const CLI::CallForVersion& version) {
+    std::printf("%s\n", version.what());
+    return kExitSuccess;
+  } catch (const CLI::ParseError& error) {
+    return Error(kExitUsage, absl::StrCat(error.what(), "; see musterd --help"));
+  }
+  int port = 0;
+  if (!absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
+    return Error(kExitUsage, absl::StrCat("--port ", port_text, ": give a port number 0..65535"));
+  }
+  if (listen.empty()) return Error(kExitUsage, "--listen is empty; give an address, e.g. 0.0.0.0");
+  if (std::count(listen.begin(), listen.end(), ':') == 1) {
+    return Error(kExitUsage, absl::StrCat("--listen ", listen,
+                                          " looks like HOST:PORT; give the port with --port"));
+  }
+  listen = StripBrackets(listen);
+
+  if (const char* level = std::getenv("MUSTER_LOG_LEVEL")) {
+    SetLogLevel(spdlog::level::from_str(level));
+  }
+  UseTimestampedLogs();
+  rdzv::RouteGrpcLogsToSpdlog();
+
+  // Blocked before gRPC starts its threads, so they inherit the mask and the
+  // signals reach only sigwait below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  if (int rc = pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr); rc != 0) {
+    return Error(kExitCannotServe, absl::StrCat("cannot block signals: ", std::strerror(rc)));
+  }
+
+  absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> server =
+      rdzv::RendezvousServer::Start(listen, port);
+  if (!server.ok()) return Error(kExitCannotServe, WhyCannotListen(listen, port));
+  std::printf("musterd: serving rendezvous on %s\n", HostPort(listen, (*server)->port()).c_str());
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  if (int rc = sigwait(&stop_signals, &signal_number); rc != 0) {
+    Logger("musterd")->error("sigwait: {}; shutting down", std::strerror(rc));
+    signal_number = SIGTERM;
+  }
+  Logger("musterd")->info("SIG{}: shutting down; pending joins are told the server is going away",
+                          sigabbrev_np(signal_number));
+  (*server)->Shutdown(kShutdownGrace);
+  Logger("musterd")->info("stopped");
+  return kExitSuccess;
+}
+
+}  // namespace
+}  // namespace muster
+
+int main(int argc, char** argv) { return muster::Main(argc, argv); }
