@@ -233,8 +233,11 @@ absl::Status Agent::Impl::SetUp() {
     log_root_ = config_.log_dir;
     MUSTER_RETURN_IF_ERROR(MakeDirs(log_root_));
   }
-  std::string run_dir = absl::StrCat(log_root_, "/",
-                                     absl::StrReplaceAll(config_.rdzv_id, {{"/", "_"}}), "_XXXXXX");
+  // <run_id>_<x> as torchrun names it; a long id is cut to keep within NAME_MAX.
+  constexpr size_t kMaxIdInName = 64;
+  std::string run_dir = absl::StrCat(
+      log_root_, "/", absl::StrReplaceAll(config_.rdzv_id.substr(0, kMaxIdInName), {{"/", "_"}}),
+      "_XXXXXX");
   if (mkdtemp(run_dir.data()) == nullptr) return ErrnoToStatus(errno, "mkdtemp " + run_dir);
   run_dir_ = run_dir;
   return absl::OkStatus();
@@ -549,8 +552,17 @@ void Agent::Impl::StartJoin() {
 void Agent::Impl::OnJoined(absl::StatusOr<Assignment> assignment) {
   if (phase_ != Phase::kJoining) return;
   if (!assignment.ok()) {
-    ExitFailed(absl::StrCat("rendezvous at ", client_->target(), " failed: ",
-                            assignment.status().message()));
+    const absl::Status& status = assignment.status();
+    if (!in_job_ && (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) &&
+        !options_.hosts_rendezvous) {
+      ExitFailed(absl::StrCat(
+          "no rendezvous answered at ", client_->target(), " within join_timeout (",
+          std::chrono::duration<double>(config_.rdzv_conf.join_timeout).count(),
+          " s): is the node that hosts it (or musterd) running, and is --rdzv-endpoint right? (",
+          status.message(), ")"));
+    } else {
+      ExitFailed(absl::StrCat("rendezvous at ", client_->target(), " failed: ", status.message()));
+    }
     return;
   }
   progress_at_.reset();

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "launcher/nproc.h"
 #include "launcher/options.h"
+#include "rendezvous/grpc_log.h"
 #include "rendezvous/local_client.h"
 #include "rendezvous/service.h"
 
@@ -145,6 +146,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "muster: warning: %s\n", warning.c_str());
   }
   LaunchConfig config = std::move(parsed->config);
+  if (absl::Status id = rdzv::ValidateJobId(config.rdzv_id); !id.ok()) {
+    return UsageError(id.message());
+  }
 
   const int gpus = CountVisibleGpus(GetEnv("CUDA_VISIBLE_DEVICES"));
   absl::StatusOr<int> nproc =
@@ -194,6 +198,7 @@ int Main(int argc, char** argv) {
 
   // From here on other threads exist (gRPC's): block the signals the agent reads first.
   BlockAgentSignals();
+  rdzv::RouteGrpcLogsToSpdlog();
 
   // The node that hosts the rendezvous talks to its hub in-process; the
   // others reach it over gRPC.
