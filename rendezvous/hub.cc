@@ -60,7 +60,7 @@ void RendezvousHub::ApplyLocked(Effects& effects, Deliveries* out) {
     out->events.emplace_back(it->second.watcher, event);
     if (event.has_job_closed()) watches_.erase(it);  // the last event of a watch
   }
-  state_changed_ = true;
+  if (effects.rearm_timer) state_changed_ = true;
 }
 
 void RendezvousHub::Deliver(Deliveries& deliveries) {

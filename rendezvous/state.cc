@@ -132,7 +132,10 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
   node.join_seq = job.next_join_seq++;
 
   if (job.phase == Phase::kOpen) {
-    if (job.joined.empty()) job.open_since = now;
+    if (job.joined.empty()) {
+      job.open_since = now;
+      effects->rearm_timer = true;
+    }
     job.joined.insert(info.node_id());
     MaybeComplete(job, now, effects);
     return absl::OkStatus();
@@ -185,7 +188,7 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, int64_t round,
   if (!job.done.empty()) {
     Close(job, false,
           absl::StrCat(detail, " after other nodes had finished; a partly finished job cannot restart"),
-          failure, effects);
+          failure, now, effects);
   } else if (job.restart_count < job.config.max_restarts()) {
     ++job.restart_count;
     OpenNextRound(job, RoundChanged::WORKER_FAILED,
@@ -195,7 +198,7 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, int64_t round,
   } else {
     Close(job, false,
           absl::StrCat(detail, "; no restarts left (max_restarts ", job.config.max_restarts(), ")"),
-          failure, effects);
+          failure, now, effects);
   }
   return absl::OkStatus();
 }
@@ -215,7 +218,7 @@ absl::Status RendezvousState::ReportDone(const NodeKey& key, int64_t round, absl
   }
   job.done.insert(key.node_id);
   if (job.done.size() == job.participants.size()) {
-    Close(job, true, "every node finished", std::nullopt, effects);
+    Close(job, true, "every node finished", std::nullopt, now, effects);
   }
   return absl::OkStatus();
 }
@@ -232,6 +235,19 @@ absl::Status RendezvousState::Leave(const NodeKey& key, absl::string_view reason
 }
 
 void RendezvousState::Advance(absl::Time now, Effects* effects) {
+  // A closed job is kept a while, so that late nodes learn it is over, then
+  // forgotten: a long-lived server does not grow, and the id can be used again.
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Job& job = it->second;
+    if (job.phase == Phase::kClosed) {
+      if (now - job.closed_at >= kClosedJobRetention) {
+        effects->log.push_back(absl::StrCat("job '", job.id, "' forgotten"));
+        it = jobs_.erase(it);
+        continue;
+      }
+    }
+    ++it;
+  }
   for (auto& [id, job] : jobs_) {
     if (job.phase == Phase::kClosed) continue;
     // Heartbeats first: a dead node must not complete a round.
@@ -268,7 +284,7 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
           "join timeout: ", job.joined.size(), " of at least ", job.config.min_nodes(),
           " nodes joined within ", FormatDuration(job.config.join_timeout_ms()));
       if (!missing_names.empty()) absl::StrAppend(&reason, "; missing: ", missing_names);
-      Close(job, false, reason, std::nullopt, effects, absl::StatusCode::kDeadlineExceeded);
+      Close(job, false, reason, std::nullopt, now, effects, absl::StatusCode::kDeadlineExceeded);
     }
   }
 }
@@ -279,7 +295,10 @@ std::optional<absl::Time> RendezvousState::NextDeadline() const {
     if (!next || t < *next) next = t;
   };
   for (const auto& [id, job] : jobs_) {
-    if (job.phase == Phase::kClosed) continue;
+    if (job.phase == Phase::kClosed) {
+      consider(job.closed_at + kClosedJobRetention);
+      continue;
+    }
     if (job.config.heartbeat_timeout_ms() > 0) {
       for (const auto& [node_id, node] : job.nodes) {
         if (!NeedsHeartbeat(job, node_id)) continue;
@@ -369,6 +388,7 @@ void RendezvousState::MaybeComplete(Job& job, absl::Time now, Effects* effects) 
   }
   if (!job.last_call_deadline) {
     job.last_call_deadline = now + absl::Milliseconds(job.config.last_call_timeout_ms());
+    effects->rearm_timer = true;
     if (job.config.last_call_timeout_ms() > 0) {
       effects->log.push_back(absl::StrCat("job '", job.id, "': ", joined, " nodes joined (min ",
                                           job.config.min_nodes(), ", max ",
@@ -402,6 +422,7 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
   for (const Node* node : order) world_size += node->info.local_world_size();
   const Node& master = *order.front();
 
+  effects->rearm_timer = true;  // participants' heartbeat deadlines start now
   job.participants.clear();
   job.phase = Phase::kRunning;
   job.joined.clear();
@@ -437,6 +458,7 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
 
 void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
                                     const std::string& detail, absl::Time now, Effects* effects) {
+  effects->rearm_timer = true;
   ++job.round;
   job.phase = Phase::kOpen;
   job.open_since = now;
@@ -463,9 +485,12 @@ void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
 }
 
 void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
-                            const std::optional<Failure>& root_cause, Effects* effects,
+                            const std::optional<Failure>& root_cause, absl::Time now,
+                            Effects* effects,
                             absl::StatusCode pending_join_code) {
   job.phase = Phase::kClosed;
+  job.closed_at = now;
+  effects->rearm_timer = true;  // the retention deadline
   job.succeeded = succeeded;
   job.close_reason = reason;
   WatchEvent event;
@@ -498,6 +523,7 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   auto node_it = job.nodes.find(node_id);
   if (node_it == job.nodes.end()) return;
   const std::string host = node_it->second.info.host();
+  effects->rearm_timer = true;
   job.nodes.erase(node_it);
   job.lost.push_back(host);
   job.waiting.erase(node_id);
@@ -521,11 +547,11 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
       Close(job, false,
             absl::StrCat(detail, " after other nodes had finished; a partly finished job cannot "
                                  "restart"),
-            std::nullopt, effects);
+            std::nullopt, now, effects);
       return;
     }
     if (job.participants.empty() && job.waiting.empty()) {
-      Close(job, false, absl::StrCat(detail, "; no nodes left"), std::nullopt, effects);
+      Close(job, false, absl::StrCat(detail, "; no nodes left"), std::nullopt, now, effects);
       return;
     }
     OpenNextRound(job, RoundChanged::NODE_LOST, detail, now, effects);

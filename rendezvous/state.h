@@ -42,6 +42,8 @@ struct Effects {
   std::vector<std::pair<NodeKey, WatchEvent>> pushed;
   // One line per thing an operator wants to see in the log ("round 2 formed ...").
   std::vector<std::string> log;
+  // A timer deadline may have moved earlier: the hub's timer must look again.
+  bool rearm_timer = false;
 
   bool empty() const {
     return assigned.empty() && join_failed.empty() && pushed.empty() && log.empty();
@@ -52,6 +54,9 @@ struct Effects {
 absl::Status ValidateJobId(absl::string_view job_id);
 // Checks a job's rules: 0 < min <= max, max_restarts >= 0, timeouts >= 0.
 absl::Status ValidateJobConfig(const JobConfig& config);
+
+// How long a closed job is remembered before Advance forgets it.
+inline constexpr absl::Duration kClosedJobRetention = absl::Minutes(10);
 
 class RendezvousState {
  public:
@@ -132,6 +137,7 @@ class RendezvousState {
     bool succeeded = false;
     std::string close_reason;
     std::optional<WatchEvent> closed_event;  // what every node was told at close
+    absl::Time closed_at;
     std::optional<WatchEvent> last_round_change;
   };
 
@@ -143,7 +149,7 @@ class RendezvousState {
                      absl::Time now, Effects* effects);
   // Pending joins fail with `pending_join_code`.
   void Close(Job& job, bool succeeded, const std::string& reason,
-             const std::optional<Failure>& root_cause, Effects* effects,
+             const std::optional<Failure>& root_cause, absl::Time now, Effects* effects,
              absl::StatusCode pending_join_code = absl::StatusCode::kFailedPrecondition);
   void RemoveNode(Job& job, const std::string& node_id, const std::string& why, absl::Time now,
                   Effects* effects);

@@ -18,6 +18,7 @@ namespace muster::rdzv {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -725,7 +726,7 @@ TEST_F(StateTest, NextDeadlineIsTheEarliestTimer) {
   EXPECT_EQ(state_.NextDeadline(), At(3'000 + kHeartbeatMs));
 }
 
-TEST_F(StateTest, NextDeadlineIsNoneWithoutTimersAndForClosedJobs) {
+TEST_F(StateTest, NextDeadlineIsNoneWithoutTimersAndOnlyRetentionForClosedJobs) {
   config_ = Config(1, 1);
   config_.set_heartbeat_timeout_ms(0);
   Join({"a"}, At(0));  // round complete, heartbeats off
@@ -735,7 +736,7 @@ TEST_F(StateTest, NextDeadlineIsNoneWithoutTimersAndForClosedJobs) {
   Join({"a"}, At(0));
   Advance(At(kJoinTimeoutMs));
   EXPECT_EQ(JobStatus().state(), "closed");
-  EXPECT_EQ(state_.NextDeadline(), std::nullopt);
+  EXPECT_EQ(state_.NextDeadline(), At(kJoinTimeoutMs) + kClosedJobRetention);
 }
 
 // Advance(t) must leave no deadline at or before t, or the server's timer spins.
@@ -759,6 +760,23 @@ TEST_F(StateTest, NextDeadlineIsAfterNowOnceAdvanced) {
   Done("a", 0, At(33'000));
   check(60'000);  // a silent after finishing, b silent: b is lost
   check(120'000);
+}
+
+TEST_F(StateTest, ClosedJobIsForgottenAfterRetentionAndItsIdCanBeUsedAgain) {
+  config_ = Config(1, 1);
+  Join({"a"}, At(0));
+  Done("a", 0, At(1));
+  EXPECT_EQ(JobStatus().state(), "closed");
+  EXPECT_EQ(state_.NextDeadline(), At(1) + kClosedJobRetention);
+  Advance(At(1) + kClosedJobRetention - absl::Milliseconds(1));
+  EXPECT_EQ(state_.job_count(), 1u);
+  Effects forgotten;
+  state_.Advance(At(1) + kClosedJobRetention, &forgotten);
+  EXPECT_EQ(state_.job_count(), 0u);
+  EXPECT_THAT(forgotten.log, Contains(HasSubstr("forgotten")));
+  Effects again;
+  EXPECT_TRUE(TryJoin({"b"}, At(1) + kClosedJobRetention + absl::Seconds(1), &again).ok());
+  EXPECT_EQ(again.assigned.size(), 1u);
 }
 
 // ---------------------------------------------------------------- catch-up and leave
