@@ -22,14 +22,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TORCHRUN = ["/usr/bin/python3", os.path.join(ROOT, "tests", "integration", "torchrun.py")]
 
-# Stamps its start (ns) in DIR/start.<restart>.<rank>. With FAIL=1, rank 1
+# Stamps its start (ns) in DIR/start.<restart>.<rank>.<pid>. With FAIL=1, rank 1
 # of attempt 0 stamps DIR/exit and exits 1, while the others of attempt 0
 # sleep until they are stopped; later attempts end after SLEEP seconds.
 WORKER = r'''
 d=$1
-echo $(date +%s%N) > $d/start.$TORCHELASTIC_RESTART_COUNT.$RANK
+echo $(date +%s%N) > $d/start.$TORCHELASTIC_RESTART_COUNT.$RANK.$$
 if [ "$FAIL" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
-  if [ "$RANK" = 1 ]; then sleep 1; date +%s%N > $d/exit; exit 1; fi
+  if [ "$RANK" = 1 ]; then sleep 1.5; date +%s%N > $d/exit; exit 1; fi
   sleep 60
 fi
 sleep ${SLEEP:-1}
@@ -88,10 +88,16 @@ def restart_latency(launcher, muster, torch_interval=None):
         if codes != [0, 0]:
             sys.exit(f"{launcher}: agents exited {codes}")
         exit_ns = stamps(d, "exit")["exit"]
-        restarted = stamps(d, "start.1.*")
-        if len(restarted) != 2:
-            sys.exit(f"{launcher}: {len(restarted)} workers restarted, want 2")
-        return (max(restarted.values()) - exit_ns) / 1e6
+        # Each rank's first start after the failure. (torchrun's restart count
+        # is per agent: a node restarted for the others' failure may say 0.)
+        first = {}
+        for name, ns in stamps(d, "start.*").items():
+            rank = name.split(".")[2]
+            if ns > exit_ns and (rank not in first or ns < first[rank]):
+                first[rank] = ns
+        if len(first) != 2:
+            sys.exit(f"{launcher}: {len(first)} ranks restarted, want 2")
+        return (max(first.values()) - exit_ns) / 1e6
 
 
 def startup(launcher, muster, agents, torch_interval=None):
@@ -103,7 +109,7 @@ def startup(launcher, muster, agents, torch_interval=None):
         began, codes = run_agents(commands, env, timeout=300)
         if any(codes):
             sys.exit(f"{launcher}: agents exited {codes}")
-        started = stamps(d, "start.0.*")
+        started = stamps(d, "start.*")
         if len(started) != agents:
             sys.exit(f"{launcher}: {len(started)} workers started, want {agents}")
         return (max(started.values()) - began) / 1e6
