@@ -96,6 +96,33 @@ class FormingAJob(MultiNodeTest):
         self.assertEqual(multi["params"], json.loads(self.read("single.json"))["params"])
 
 
+class StaticBackend(MultiNodeTest):
+    """No rendezvous: ranks from --node-rank, master from the command line."""
+
+    def test_two_static_nodes(self):
+        master_port = free_port()
+        procs = []
+        for i in range(2):
+            out = open(self.path(f"n{i}.out"), "w")
+            err = open(self.path(f"n{i}.err"), "w")
+            proc = subprocess.Popen(
+                [MUSTER, "--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(i),
+                 "--master-addr", "127.0.0.1", "--master-port", str(master_port), "--no-python",
+                 "/usr/bin/python3", RECORD, self.tmp],
+                env=env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+            self.addCleanup(self._reap, proc, out, err)
+            procs.append(proc)
+        self.assertEqual(self.wait_all(procs), [0, 0], self.errors(["n0", "n1"]))
+        records = self.records()
+        self.assertEqual(sorted(r[2] for r in records), [0, 1, 2, 3])
+        self.assertEqual({r[1] for r in records}, {4})
+        self.assertEqual({(r[3]["MASTER_ADDR"], r[3]["MASTER_PORT"]) for r in records},
+                         {("127.0.0.1", str(master_port))})
+        for _, _, rank, e in records:
+            self.assertEqual(e["GROUP_RANK"], str(rank // 2))
+
+
 class Restarts(MultiNodeTest):
     """2: one failure restarts every node, with one job-wide count."""
 
