@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -191,6 +192,8 @@ class Agent::Impl {
   int attempts_ = 0;
   std::optional<rdzv::JobClosed> closed_;
   int heartbeat_failures_ = 0;  // in a row
+  int64_t round_seen_ = -1;     // the newest round announced to this node
+  uint64_t watch_generation_ = 0;  // tells the current watch from replaced ones
 
   std::string log_root_;  // --log-dir, or a temporary directory we made
   bool log_root_is_temp_ = false;
@@ -403,24 +406,36 @@ void Agent::Impl::OnSignal(const signalfd_siginfo& info) {
     if (phase_ == Phase::kRunning) {
       phase_ = Phase::kStopping;
       kill_at_ = Clock::now() + config_.shutdown_grace;
-      if (live_ == 0) OnAllStopped();
     }
+    // Stopped already, waiting for the rendezvous to decide: nothing to wait for.
+    if (live_ == 0) OnAllStopped();
     return;
   }
   Finish(128 + sig);
 }
 
 void Agent::Impl::ReapChildren() {
-  int wait_status;
-  pid_t pid;
-  while ((pid = waitpid(-1, &wait_status, WNOHANG)) > 0) {
+  for (;;) {
+    // Look before reaping: while a worker is a zombie its pid, and so its
+    // process group id, cannot be reused, so its group can still be killed
+    // without hitting somebody else's.
+    siginfo_t info = {};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    const pid_t pid = info.si_pid;
+    Worker* exited = nullptr;
     for (Worker& worker : workers_) {
-      if (worker.process->pid() == pid && !worker.process->exited()) {
-        OnWorkerExit(worker, DecodeWaitStatus(wait_status));
-        break;
-      }
+      if (worker.process->pid() == pid && !worker.process->exited()) exited = &worker;
+    }
+    const bool failed = info.si_code != CLD_EXITED || info.si_status != 0;
+    if (exited != nullptr && (phase_ != Phase::kRunning || failed)) {
+      // The group is being stopped: what the worker left behind goes with it.
+      exited->process->SignalGroup(SIGKILL);
+    }
+    int wait_status = 0;
+    while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
     }
     // Any other pid was an orphaned grandchild: reaping it is all there is to do.
+    if (exited != nullptr) OnWorkerExit(*exited, DecodeWaitStatus(wait_status));
   }
 }
 
@@ -479,8 +494,10 @@ void Agent::Impl::OnRdzvEvents() {
         OnPushed(event.event);
         break;
       case RdzvEvent::Kind::kWatchEnded:
+        if (static_cast<uint64_t>(event.round) != watch_generation_) break;  // a replaced watch
         watch_open_ = false;
-        if (!closed_ && !event.status.ok() && !absl::IsCancelled(event.status)) {
+        if (!closed_ && !event.status.ok() && !absl::IsCancelled(event.status) &&
+            !absl::IsAborted(event.status)) {
           // Heartbeats say whether the rendezvous is gone for good; the watch just retries.
           logger_->debug("lost the rendezvous watch stream ({}); reconnecting",
                          event.status.message());
@@ -577,6 +594,8 @@ void Agent::Impl::OnJoined(absl::StatusOr<Assignment> assignment) {
 
 void Agent::Impl::OpenWatch() {
   watch_open_ = true;
+  watch_retry_at_.reset();
+  const uint64_t generation = ++watch_generation_;
   rdzv::WatchRequest request;
   request.set_job_id(config_.rdzv_id);
   request.set_node_id(node_id_);
@@ -588,9 +607,10 @@ void Agent::Impl::OpenWatch() {
         event.event = pushed;
         Post(std::move(event));
       },
-      [this](absl::Status status) {
+      [this, generation](absl::Status status) {
         RdzvEvent event(RdzvEvent::Kind::kWatchEnded);
         event.status = std::move(status);
+        event.round = static_cast<int64_t>(generation);
         Post(std::move(event));
       });
 }
@@ -794,11 +814,8 @@ void Agent::Impl::StopWorkers(int sig) {
 
 void Agent::Impl::OnAllStopped() {
   kill_at_.reset();
-  // A worker's own children may outlive it in its process group.
-  for (Worker& worker : workers_) {
-    worker.process->SignalGroup(SIGKILL);
-    DrainAndCloseOutput(worker);
-  }
+  // (Each worker's group was killed as its leader was reaped: ReapChildren.)
+  for (Worker& worker : workers_) DrainAndCloseOutput(worker);
   switch (after_stop_) {
     case AfterStop::kAwaitDecision:
       break;  // the rendezvous decides: a new round, or the end of the job
@@ -823,7 +840,9 @@ void Agent::Impl::OnPushed(const WatchEvent& event) {
 }
 
 void Agent::Impl::OnRoundChanged(const rdzv::RoundChanged& changed) {
-  if (changed.new_round() <= round_) return;  // old news
+  // Old news, or already being acted on (a push and a heartbeat may both tell).
+  if (changed.new_round() <= std::max(round_, round_seen_)) return;
+  round_seen_ = changed.new_round();
   logger_->info("job moves to round {}: {}", changed.new_round(), changed.detail());
   switch (phase_) {
     case Phase::kRunning:
@@ -847,10 +866,13 @@ void Agent::Impl::OnRoundChanged(const rdzv::RoundChanged& changed) {
 
 void Agent::Impl::OnHeartbeat(const absl::Status& status, int64_t round) {
   if (absl::IsCancelled(status) || phase_ == Phase::kExiting) return;
-  if (status.ok()) {
+  const bool answered = status.ok() || absl::IsNotFound(status) || absl::IsFailedPrecondition(status);
+  if (answered) {
     if (heartbeat_failures_ > 0) logger_->info("the rendezvous at {} answers again", client_->target());
     heartbeat_failures_ = 0;
-    if (round > round_ && phase_ == Phase::kRunning) {
+  }
+  if (status.ok()) {
+    if (round > round_ && phase_ != Phase::kJoining) {
       // A push was lost: the heartbeat answer says the job moved on.
       rdzv::RoundChanged changed;
       changed.set_new_round(round);
@@ -859,14 +881,16 @@ void Agent::Impl::OnHeartbeat(const absl::Status& status, int64_t round) {
     }
     return;
   }
-  if (absl::IsNotFound(status) && phase_ == Phase::kRunning) {
-    // The rendezvous dropped this node (it was silent too long): these
-    // workers are no longer part of the job.
-    logger_->warn("the rendezvous dropped this node ({}); stopping the workers and rejoining",
-                  status.message());
-    after_stop_ = AfterStop::kRejoin;
-    StopWorkers(SIGTERM);
-    return;
+  if (absl::IsNotFound(status)) {
+    if (phase_ == Phase::kRunning) {
+      // The rendezvous dropped this node (it was silent too long): these
+      // workers are no longer part of the job.
+      logger_->warn("the rendezvous dropped this node ({}); stopping the workers and rejoining",
+                    status.message());
+      after_stop_ = AfterStop::kRejoin;
+      StopWorkers(SIGTERM);
+    }
+    return;  // stopping or joining already
   }
   if (absl::IsFailedPrecondition(status)) {
     rdzv::JobClosed closed;

@@ -56,8 +56,12 @@ int ExecChild(void* raw) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the agent died before the line above
-  if (out_fd >= 0 && dup2(out_fd, STDOUT_FILENO) < 0) _exit(127);
-  if (err_fd >= 0 && dup2(err_fd, STDERR_FILENO) < 0) _exit(127);
+  // dup2 onto itself keeps FD_CLOEXEC (an agent started with 1 or 2 closed
+  // can get its pipe there): clear it by hand then.
+  if (out_fd == STDOUT_FILENO) fcntl(out_fd, F_SETFD, 0);
+  else if (out_fd >= 0 && dup2(out_fd, STDOUT_FILENO) < 0) _exit(127);
+  if (err_fd == STDERR_FILENO) fcntl(err_fd, F_SETFD, 0);
+  else if (err_fd >= 0 && dup2(err_fd, STDERR_FILENO) < 0) _exit(127);
   // The agent ignores SIGPIPE and blocks the signals it handles; a worker
   // starts with neither.
   struct sigaction dfl = {};
