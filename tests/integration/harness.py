@@ -1,5 +1,7 @@
 """Shared pieces of muster's integration tests: where the binaries are, how
 to run them with a bound on time, and small waits that never hang."""
+import glob
+import json
 import os
 import signal
 import subprocess
@@ -50,6 +52,16 @@ def read_file(path):
 def read_env(path):
     """A file of KEY=VALUE lines, as `env` writes it, as a dict."""
     return dict(line.split("=", 1) for line in read_file(path).splitlines() if "=" in line)
+
+
+def worker_records(directory):
+    """What workers/record.py wrote so far: one (restart, world, rank, env) per worker start."""
+    out = []
+    for path in glob.glob(os.path.join(directory, "env.*")):
+        if not path.endswith(".tmp"):
+            _, restart, world, rank, _pid = os.path.basename(path).split(".")
+            out.append((int(restart), int(world), int(rank), json.loads(read_file(path))))
+    return out
 
 
 def wait_for(predicate, timeout, interval=0.02):

@@ -1,6 +1,5 @@
 """Several muster agents on loopback forming one job: the "Must work" items
 1-4 of the multi-node issue, with real agents and real workers."""
-import glob
 import json
 import os
 import signal
@@ -9,7 +8,8 @@ import subprocess
 import time
 import unittest
 
-from harness import DDP_TRAIN, MUSTER, WORKERS, TempDirTest, env, muster, read_file, wait_for
+from harness import (DDP_TRAIN, MUSTER, WORKERS, TempDirTest, env, muster, wait_for,
+                     worker_records)
 
 RECORD = os.path.join(WORKERS, "record.py")
 
@@ -53,14 +53,7 @@ class MultiNodeTest(TempDirTest):
         return [p.wait(timeout=timeout) for p in procs]
 
     def records(self):
-        """Every worker start so far: (restart, world, rank, env)."""
-        out = []
-        for path in glob.glob(self.path("env.*")):
-            if path.endswith(".tmp"):
-                continue
-            _, restart, world, rank, _pid = os.path.basename(path).split(".")
-            out.append((int(restart), int(world), int(rank), json.loads(read_file(path))))
-        return out
+        return worker_records(self.tmp)
 
     def errors(self, names):
         return "\n".join(f"--- {n}\n{self.read(n + '.err')}" for n in names)

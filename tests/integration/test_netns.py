@@ -2,15 +2,13 @@
 joined by veth pairs to a bridge in a "switch" namespace. The test makes and
 removes all of it; nothing touches the machine's own network, and every
 address lives only inside these namespaces. Needs root (CI runs as root)."""
-import glob
-import json
 import os
 import signal
 import subprocess
 import time
 import unittest
 
-from harness import MUSTER, WORKERS, TempDirTest, env, read_file, wait_for
+from harness import MUSTER, WORKERS, TempDirTest, env, wait_for, worker_records
 
 RECORD = os.path.join(WORKERS, "record.py")
 HOSTS = 3
@@ -109,12 +107,7 @@ class SeveralHosts(TempDirTest):
         return proc
 
     def records(self):
-        out = []
-        for path in glob.glob(self.path("env.*")):
-            if not path.endswith(".tmp"):
-                _, restart, world, rank, _ = os.path.basename(path).split(".")
-                out.append((int(restart), int(world), int(rank), json.loads(read_file(path))))
-        return out
+        return worker_records(self.tmp)
 
     def errors(self, indices):
         return "\n".join(f"--- n{i}\n{self.read(f'n{i}.err')}" for i in indices)
