@@ -979,7 +979,14 @@ void Agent::Impl::ExitFailed(const std::string& why) {
   if (!failures_.empty()) {
     report = FormatFailureReport(config_.script, attempts_, failures_);
   }
-  if (closed_ && closed_->has_root_cause() && closed_->root_cause().host() != options_.host) {
+  // The root cause is another node's when none of this node's failures is
+  // it (host names alone cannot tell: several agents may share a host).
+  const bool root_is_remote =
+      closed_ && closed_->has_root_cause() &&
+      std::none_of(failures_.begin(), failures_.end(), [this](const WorkerFailure& f) {
+        return f.rank == closed_->root_cause().rank();
+      });
+  if (root_is_remote) {
     const rdzv::Failure& root = closed_->root_cause();
     absl::StrAppend(&report, "Root cause on another node: rank ", root.rank(), " on ", root.host(),
                     root.signal() != 0 ? absl::StrCat(" (signal ", root.signal(), ")")

@@ -1,6 +1,5 @@
 #include "rendezvous/service.h"
 
-#include <atomic>
 #include <deque>
 #include <utility>
 

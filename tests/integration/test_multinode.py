@@ -135,6 +135,9 @@ class Restarts(MultiNodeTest):
         for name in ("n0", "n1", "n2"):
             err = self.read(f"{name}.err")
             self.assertRegex(err, r"rank 5 on \S+ (failed with )?\(?exit code 1", name + ":\n" + err)
+            # Its report names rank 5 as the root cause: in its own table, or as another node's.
+            self.assertRegex(err, r"(\* 5 \(1\)|Root cause on another node: rank 5 on \S+ \(exit code 1\))",
+                             name + ":\n" + err)
 
 
 class Elastic(MultiNodeTest):
