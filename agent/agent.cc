@@ -169,6 +169,7 @@ class Agent::Impl {
   void ReportProgress(const absl::Status& status, const rdzv::StatusResponse& job);
   void OnJobClosed(const rdzv::JobClosed& closed);
   void OpenWatch();
+  void SendHeartbeat();
   void ExitFailed(const std::string& why);
   void Finish(int code);
 
@@ -188,6 +189,10 @@ class Agent::Impl {
   int stop_signal_ = 0;  // the signal that is ending the agent, if any
   bool in_job_ = false;  // joined once: heartbeats and the watch run
   bool watch_open_ = false;
+  // The server said the open watch stream counts as this node's heartbeat
+  // (WatchStarted): no Heartbeat calls while it stays open. The channel's
+  // keepalive pings find a server that vanished; that ends the stream.
+  bool watch_started_ = false;
   int64_t round_ = -1;
   int attempts_ = 0;
   std::optional<rdzv::JobClosed> closed_;
@@ -349,15 +354,7 @@ void Agent::Impl::OnTimer() {
   }
   if (heartbeat_at_ && now >= *heartbeat_at_) {
     heartbeat_at_ = now + config_.rdzv_conf.keep_alive_interval;
-    rdzv::HeartbeatRequest request;
-    request.set_job_id(config_.rdzv_id);
-    request.set_node_id(node_id_);
-    client_->Heartbeat(request, ToAbsl(kRpcTimeout), [this](absl::StatusOr<int64_t> round) {
-      RdzvEvent event(RdzvEvent::Kind::kHeartbeat);
-      event.status = round.status();
-      if (round.ok()) event.round = *round;
-      Post(std::move(event));
-    });
+    if (!watch_started_) SendHeartbeat();  // the open watch stream is the heartbeat otherwise
   }
   if (progress_at_ && now >= *progress_at_) {
     progress_at_ = now + kProgressInterval;
@@ -491,11 +488,20 @@ void Agent::Impl::OnRdzvEvents() {
         OnJoined(std::move(event.assignment));
         break;
       case RdzvEvent::Kind::kPushed:
+        if (event.event.has_watch_started()) {
+          if (static_cast<uint64_t>(event.round) == watch_generation_) watch_started_ = true;
+          break;
+        }
         OnPushed(event.event);
         break;
       case RdzvEvent::Kind::kWatchEnded:
         if (static_cast<uint64_t>(event.round) != watch_generation_) break;  // a replaced watch
         watch_open_ = false;
+        if (watch_started_ && heartbeat_at_ && !closed_ && !event.status.ok()) {
+          // The server's heartbeat timeout for this node starts now: beat at once.
+          heartbeat_at_ = Clock::now();
+        }
+        watch_started_ = false;
         if (!closed_ && !event.status.ok() && !absl::IsCancelled(event.status) &&
             !absl::IsAborted(event.status)) {
           // Heartbeats say whether the rendezvous is gone for good; the watch just retries.
@@ -592,6 +598,18 @@ void Agent::Impl::OnJoined(absl::StatusOr<Assignment> assignment) {
   StartWorkers(*assignment);
 }
 
+void Agent::Impl::SendHeartbeat() {
+  rdzv::HeartbeatRequest request;
+  request.set_job_id(config_.rdzv_id);
+  request.set_node_id(node_id_);
+  client_->Heartbeat(request, ToAbsl(kRpcTimeout), [this](absl::StatusOr<int64_t> round) {
+    RdzvEvent event(RdzvEvent::Kind::kHeartbeat);
+    event.status = round.status();
+    if (round.ok()) event.round = *round;
+    Post(std::move(event));
+  });
+}
+
 void Agent::Impl::OpenWatch() {
   watch_open_ = true;
   watch_retry_at_.reset();
@@ -602,9 +620,10 @@ void Agent::Impl::OpenWatch() {
   request.set_known_round(round_);
   client_->Watch(
       request,
-      [this](const WatchEvent& pushed) {
+      [this, generation](const WatchEvent& pushed) {
         RdzvEvent event(RdzvEvent::Kind::kPushed);
         event.event = pushed;
+        event.round = static_cast<int64_t>(generation);
         Post(std::move(event));
       },
       [this, generation](absl::Status status) {
@@ -893,6 +912,8 @@ void Agent::Impl::OnHeartbeat(const absl::Status& status, int64_t round) {
     return;  // stopping or joining already
   }
   if (absl::IsFailedPrecondition(status)) {
+    // The pushed JobClosed, when it came first, says more (the root cause).
+    if (closed_) return;
     rdzv::JobClosed closed;
     closed.set_reason(std::string(status.message()));
     OnJobClosed(closed);

@@ -56,6 +56,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/channel.h"
 #include "rendezvous/service.h"
 
 extern char** environ;
@@ -71,6 +72,9 @@ constexpr int kFirstMasterPort = 20000;
 // while 10,000 joins are in flight.
 constexpr int64_t kHeartbeatTimeoutMs = 30'000;
 constexpr absl::Duration kHeartbeatDeadline = absl::Seconds(10);
+// How often an agent pings the server by default: keep_alive_interval (5 s)
+// x keep_alive_max_attempt (3); launcher/main.cc.
+constexpr absl::Duration kAgentKeepalive = absl::Seconds(15);
 // Targets and reference from issue 3 ("Measure", Scale).
 constexpr int kTargetNodes = 10'000;
 constexpr double kTargetJoinMs = 1000.0;
@@ -80,6 +84,12 @@ constexpr double kPytorchJoinMs = 10'000.0;
 
 double MsSince(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
+std::string Format(double value, const char* format) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  return buffer;
 }
 
 // ---- /proc readings -------------------------------------------------------
@@ -116,9 +126,10 @@ absl::StatusOr<double> ProcessStatusMiB(pid_t pid, const std::string& key) {
 
 // --serve: the child's whole life. Prints the port on stdout, serves until
 // stdin reaches EOF (the parent closed it, or died) or `limit` runs out.
-int ServeMain(absl::Duration limit, bool deadlock_detection) {
+int ServeMain(absl::Duration limit, bool deadlock_detection, const ServerOptions& options) {
   if (!deadlock_detection) absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  absl::StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start("127.0.0.1", 0);
+  absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
+      RendezvousServer::Start("127.0.0.1", 0, options);
   if (!server.ok()) {
     std::fprintf(stderr, "rdzv_scale --serve: %s\n", server.status().ToString().c_str());
     return 1;
@@ -150,7 +161,8 @@ class ServerUnderTest {
 class ChildServer final : public ServerUnderTest {
  public:
   static absl::StatusOr<std::unique_ptr<ChildServer>> Spawn(absl::Duration limit,
-                                                            bool deadlock_detection) {
+                                                            bool deadlock_detection,
+                                                            absl::Duration keepalive_interval) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
     UniqueFd child_stdin(fds[0]), to_child(fds[1]);
@@ -163,8 +175,10 @@ class ChildServer final : public ServerUnderTest {
     posix_spawn_file_actions_adddup2(&actions, child_stdin.get(), STDIN_FILENO);
     posix_spawn_file_actions_adddup2(&actions, child_stdout.get(), STDOUT_FILENO);
     const std::string seconds = absl::StrCat(absl::ToInt64Seconds(limit) + 1);
+    const std::string keepalive = absl::StrCat(absl::ToDoubleSeconds(keepalive_interval));
     const char* argv[] = {"rdzv_scale", "--serve", "--timeout", seconds.c_str(),
-                          deadlock_detection ? nullptr : "--no-server-deadlock-detection",
+                          "--keepalive-interval", keepalive.c_str(),
+                          deadlock_detection ? "--server-deadlock-detection" : nullptr,
                           nullptr};
     // The real path, not /proc/self/exe: profilers then find the binary's symbols.
     char self[4096];
@@ -279,8 +293,8 @@ class WatchStream final : public grpc::ClientReadReactor<WatchEvent> {
   WatchStream(Countdown* open, std::atomic<int>* events, WatchRequest request)
       : open_(open), events_(events), request_(std::move(request)) {}
 
-  void Start(Rendezvous::Stub* stub, absl::Time deadline) {
-    context_.set_deadline(absl::ToChronoTime(deadline));
+  // No deadline, as an agent's watch has none: the run cancels it at the end.
+  void Start(Rendezvous::Stub* stub) {
     stub->async()->Watch(&context_, &request_, this);
     StartRead(&event_);
     StartCall();
@@ -289,7 +303,12 @@ class WatchStream final : public grpc::ClientReadReactor<WatchEvent> {
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
-    events_->fetch_add(1);
+    // The server's first event says it counts the stream as the node's heartbeat.
+    if (event_.has_watch_started()) {
+      started_.store(true);
+    } else {
+      events_->fetch_add(1);
+    }
     StartRead(&event_);
   }
   void OnDone(const grpc::Status& status) override {
@@ -298,6 +317,7 @@ class WatchStream final : public grpc::ClientReadReactor<WatchEvent> {
     open_->Done();  // last: the owner may free this once every stream is done
   }
   bool ended() const { return ended_.load(); }
+  bool started() const { return started_.load(); }
   // REQUIRES: ended().
   const grpc::Status& status() const { return status_; }
 
@@ -309,6 +329,7 @@ class WatchStream final : public grpc::ClientReadReactor<WatchEvent> {
   WatchEvent event_;
   grpc::Status status_;
   std::atomic<bool> ended_{false};
+  std::atomic<bool> started_{false};
 };
 
 struct SimNode {
@@ -322,12 +343,16 @@ struct SimNode {
 
 struct RunConfig {
   int nodes = 0;
-  int channels = 8;
-  int heartbeat_seconds = 10;
+  int channels = 0;  // 0: one per node, as real agents have
+  int heartbeat_seconds = 20;  // covers a ping from every node (one per 15 s)
   double heartbeat_interval_s = 1.0;  // each node's
+  // Liveness by unary Heartbeat calls (the fallback agents use while their
+  // watch stream is down), or by the open watch streams with the server's
+  // keepalive pings every heartbeat_interval_s (what agents do).
+  bool unary_heartbeats = false;
   absl::Duration timeout = absl::Seconds(60);
   bool watch = true;
-  bool server_deadlock_detection = true;
+  bool server_deadlock_detection = false;  // musterd and muster turn it off
   bool marks = false;  // phase boundaries on stderr, for `perf report --time`
   std::string job_suffix;  // with one server for every run, each run's own job
 };
@@ -357,6 +382,8 @@ struct RunResult {
   int64_t heartbeats_failed = 0;
   double heartbeat_p50_ms = 0;
   double heartbeat_p99_ms = 0;
+  double segments_per_connection_s = -1;  // watch liveness: TCP segments seen
+  double machine_heartbeat_cpu_pct = -1;  // watch liveness: the whole machine, kernel included
   int watch_events = 0;
 };
 
@@ -372,7 +399,8 @@ std::vector<std::unique_ptr<Rendezvous::Stub>> Connect(const std::string& target
                                                        std::string* error) {
   std::vector<std::unique_ptr<Rendezvous::Stub>> stubs;
   for (int i = 0; i < count; ++i) {
-    grpc::ChannelArguments args;
+    // As an agent's (launcher/main.cc).
+    grpc::ChannelArguments args = ClientChannelArguments(kAgentKeepalive);
     // Channels with equal arguments would share one connection through the
     // global subchannel pool: each gets its own.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -527,13 +555,85 @@ void RunHeartbeats(const RunConfig& config, const std::vector<std::unique_ptr<Re
   }
 }
 
+// TCP segments this host has sent (/proc/net/snmp, Tcp: OutSegs). On
+// loopback that is both ends of every connection.
+absl::StatusOr<int64_t> TcpOutSegments() {
+  std::ifstream in("/proc/net/snmp");
+  std::string header, values;
+  while (std::getline(in, header)) {
+    if (header.rfind("Tcp:", 0) != 0 || !std::getline(in, values)) continue;
+    std::istringstream names(header), numbers(values);
+    std::string name, number;
+    while (names >> name && numbers >> number) {
+      if (name == "OutSegs") return std::stoll(number);
+    }
+  }
+  return absl::NotFoundError("no Tcp OutSegs in /proc/net/snmp");
+}
+
+// Busy CPU seconds of the whole machine, every process and the kernel
+// (/proc/stat: all but idle and iowait).
+absl::StatusOr<double> MachineBusySeconds() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  unsigned long long user, nice, system, idle, iowait, irq, softirq, steal;
+  if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) ||
+      cpu != "cpu") {
+    return absl::NotFoundError("cannot read /proc/stat");
+  }
+  return static_cast<double>(user + nice + system + irq + softirq + steal) /
+         static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Liveness by watch stream, as agents do it: no calls at all. The server's
+// kernel probes every connection once per interval (TCP keepalive), and each
+// node's channel pings the server every 15 s (HTTP/2 PING, channel.h), to
+// find a server that vanished. Reads the server's CPU and the
+// whole machine's over the window, and checks the probes happened: each
+// probe and its answer are a TCP segment.
+void RunKeepaliveWindow(const RunConfig& config, int connections, const ServerUnderTest& server,
+                        RunResult* result) {
+  const absl::StatusOr<double> cpu_start = ProcessCpuSeconds(server.pid());
+  const absl::StatusOr<int64_t> segments_start = TcpOutSegments();
+  const absl::StatusOr<double> machine_start = MachineBusySeconds();
+  const double self_start = SelfCpuSeconds();
+  const Clock::time_point start = Clock::now();
+  absl::SleepFor(absl::Seconds(config.heartbeat_seconds));
+  const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  const absl::StatusOr<double> cpu_end = ProcessCpuSeconds(server.pid());
+  const absl::StatusOr<int64_t> segments_end = TcpOutSegments();
+  const absl::StatusOr<double> machine_end = MachineBusySeconds();
+  if (cpu_start.ok() && cpu_end.ok()) {
+    result->heartbeat_cpu_pct = 100.0 * (*cpu_end - *cpu_start) / wall_s;
+  }
+  if (machine_start.ok() && machine_end.ok()) {
+    result->machine_heartbeat_cpu_pct = 100.0 * (*machine_end - *machine_start) / wall_s;
+  }
+  result->client_heartbeat_cpu_pct = 100.0 * (SelfCpuSeconds() - self_start) / wall_s;
+  if (!segments_start.ok() || !segments_end.ok()) {
+    result->error = "cannot read /proc/net/snmp: keepalive pings not verified";
+    return;
+  }
+  result->segments_per_connection_s =
+      static_cast<double>(*segments_end - *segments_start) / connections / wall_s;
+  // A probe and its answer per interval; the kernel's keepalive timers are
+  // coarse (a probe is due an interval after the last segment), hence 3/4.
+  const double expected = 2.0 / config.heartbeat_interval_s;
+  if (result->segments_per_connection_s < 0.75 * expected) {
+    result->error = absl::StrCat("only ", Format(result->segments_per_connection_s, "%.2f"),
+                                 " TCP segments per connection and second; keepalive pings every ",
+                                 config.heartbeat_interval_s, " s need ", expected);
+  }
+}
+
 RunResult RunOne(const RunConfig& config, const ServerUnderTest& server) {
   RunResult result;
   result.nodes = config.nodes;
   const int n = config.nodes;
+  const int connections = config.channels == 0 ? n : config.channels;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<Rendezvous::Stub>> stubs =
-      Connect(server.target(), config.channels, &channels, &result.error);
+      Connect(server.target(), connections, &channels, &result.error);
   if (stubs.empty()) return result;
 
   // Every request is built before the clock starts.
@@ -622,8 +722,6 @@ RunResult RunOne(const RunConfig& config, const ServerUnderTest& server) {
   if (result.error.empty()) {
     const int64_t round = nodes[0]->join_response.assignment().round();
     if (config.watch) {
-      const absl::Time watch_deadline =
-          absl::Now() + config.timeout + absl::Seconds(config.heartbeat_seconds + 10);
       watches.Add(n);
       for (int i = 0; i < n; ++i) {
         WatchRequest request;
@@ -631,11 +729,20 @@ RunResult RunOne(const RunConfig& config, const ServerUnderTest& server) {
         request.set_node_id(nodes[i]->join.node().node_id());
         request.set_known_round(round);
         nodes[i]->watch = std::make_unique<WatchStream>(&watches, &watch_events, std::move(request));
-        nodes[i]->watch->Start(stubs[i % stubs.size()].get(), watch_deadline);
+        nodes[i]->watch->Start(stubs[i % stubs.size()].get());
       }
     }
-    // Lets the watches settle, and measures the server at rest.
-    absl::SleepFor(absl::Milliseconds(500));
+    // Lets the watches settle (each says it started), and measures the server at rest.
+    const absl::Time settle_end = absl::Now() + absl::Seconds(10);
+    int started = 0;
+    do {
+      absl::SleepFor(absl::Milliseconds(100));
+      started = 0;
+      for (const auto& node : nodes) started += node->watch && node->watch->started() ? 1 : 0;
+    } while (config.watch && started < n && absl::Now() < settle_end);
+    if (config.watch && started != n) {
+      result.error = absl::StrCat("only ", started, " of ", n, " watch streams started within 10 s");
+    }
     const absl::StatusOr<double> idle_start = ProcessCpuSeconds(server.pid());
     const Clock::time_point idle_t0 = Clock::now();
     absl::SleepFor(absl::Seconds(1));
@@ -646,7 +753,11 @@ RunResult RunOne(const RunConfig& config, const ServerUnderTest& server) {
     }
     if (config.heartbeat_seconds > 0) {
       Mark(config, "heartbeat-start");
-      RunHeartbeats(config, stubs, nodes, round, server, &result);
+      if (config.unary_heartbeats) {
+        RunHeartbeats(config, stubs, nodes, round, server, &result);
+      } else {
+        RunKeepaliveWindow(config, connections, server, &result);
+      }
       Mark(config, "heartbeat-end");
     }
   }
@@ -675,12 +786,6 @@ RunResult RunOne(const RunConfig& config, const ServerUnderTest& server) {
   const absl::StatusOr<double> hwm = ProcessStatusMiB(server.pid(), "VmHWM");
   if (hwm.ok()) result.server_hwm_mib = *hwm;
   return result;
-}
-
-std::string Format(double value, const char* format) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
 }
 
 double Median(std::vector<double> values) {
@@ -761,8 +866,17 @@ void PrintRun(const RunConfig& config, int repetition, const RunResult& result) 
               config.nodes, repetition, result.last_assignment_ms, result.send_all_ms,
               result.first_assignment_ms, result.server_join_cpu_ms, result.client_join_cpu_ms,
               result.server_hwm_mib, result.idle_cpu_pct);
-  if (result.heartbeat_cpu_pct >= 0) {
-    std::printf("  heartbeats: server %.1f%% of a core (clients %.1f%%); %" PRId64 " ok, %" PRId64
+  if (result.heartbeat_cpu_pct >= 0 && !config.unary_heartbeats) {
+    std::printf("  liveness by watch stream, TCP keepalive probes every %g s and a ping from each "
+                "node every %g s: server %.1f%% of a core (clients %.1f%%; the whole machine, "
+                "kernel and other processes included, %.1f%%); %.2f TCP segments per connection "
+                "and second\n",
+                config.heartbeat_interval_s, absl::ToDoubleSeconds(kAgentKeepalive),
+                result.heartbeat_cpu_pct,
+                result.client_heartbeat_cpu_pct, result.machine_heartbeat_cpu_pct,
+                result.segments_per_connection_s);
+  } else if (result.heartbeat_cpu_pct >= 0) {
+    std::printf("  unary heartbeats: server %.1f%% of a core (clients %.1f%%); %" PRId64 " ok, %" PRId64
                 " failed; latency p50 %.2f ms, p99 %.2f ms\n",
                 result.heartbeat_cpu_pct, result.client_heartbeat_cpu_pct, result.heartbeats_ok,
                 result.heartbeats_failed, result.heartbeat_p50_ms, result.heartbeat_p99_ms);
@@ -771,22 +885,39 @@ void PrintRun(const RunConfig& config, int repetition, const RunResult& result) 
   std::fflush(stdout);
 }
 
+// Watch liveness: the server pings each connection once per heartbeat
+// interval. Unary heartbeats: the pings are left out, as before them.
+ServerOptions ServerOptionsFor(const RunConfig& config) {
+  ServerOptions options;
+  options.keepalive_interval = config.unary_heartbeats
+                                   ? absl::Hours(1)
+                                   : absl::Seconds(config.heartbeat_interval_s);
+  return options;
+}
+
 int BenchMain(const RunConfig& base, const std::vector<int>& node_counts, int repeat,
               const std::string& mode, const std::string& connect, pid_t server_pid) {
-  std::printf("rdzv_scale: simulated nodes share %d gRPC channels (one TCP connection each) in one "
-              "process; loopback; %u cores shared by clients and server; load average %s\n",
-              base.channels, std::thread::hardware_concurrency(), LoadAverage().c_str());
+  std::printf("rdzv_scale: simulated nodes in one process, %s; loopback; %u cores shared by "
+              "clients and server; load average %s\n",
+              base.channels == 0
+                  ? "a gRPC channel (TCP connection) per node"
+                  : absl::StrCat("sharing ", base.channels, " gRPC channels (TCP connections)").c_str(),
+              std::thread::hardware_concurrency(), LoadAverage().c_str());
   std::printf("server: %s; Abseil deadlock detection in the server: %s\n",
               !connect.empty()       ? "external (--connect): peak RSS is its whole life's"
               : mode == "in-process" ? "in this process: RSS and CPU include the clients"
                                      : "a child process of its own, fresh for every run",
               !connect.empty()                                   ? "as that server set it"
               : mode == "in-process" || !base.server_deadlock_detection ? "off"
-                                                                  : "as the library ships it");
+                                                                  : "on, as Debian's Abseil ships it");
   std::printf("each run: join (min=max=N, %d workers/node, last call 0) -> %s -> 1 s idle -> "
-              "%d s of heartbeats, each node once every %g s; %d run(s) per N, medians below\n\n",
+              "%d s of liveness, each node checked once every %g s by %s; %d run(s) per N, "
+              "medians below\n\n",
               kLocalWorldSize, base.watch ? "a watch stream per node" : "no watch streams",
-              base.heartbeat_seconds, base.heartbeat_interval_s, repeat);
+              base.heartbeat_seconds, base.heartbeat_interval_s,
+              base.unary_heartbeats ? "a unary Heartbeat call (server keepalive off)"
+                                    : "a TCP keepalive probe on its connection",
+              repeat);
   std::fflush(stdout);
 
   std::vector<Row> rows;
@@ -802,7 +933,7 @@ int BenchMain(const RunConfig& base, const std::vector<int>& node_counts, int re
         server = std::make_unique<ExternalServer>(connect, server_pid);
       } else if (mode == "in-process") {
         absl::StatusOr<std::unique_ptr<RendezvousServer>> started =
-            RendezvousServer::Start("127.0.0.1", 0);
+            RendezvousServer::Start("127.0.0.1", 0, ServerOptionsFor(config));
         if (!started.ok()) {
           row.error = started.status().ToString();
           break;
@@ -810,7 +941,8 @@ int BenchMain(const RunConfig& base, const std::vector<int>& node_counts, int re
         server = std::make_unique<InProcessServer>(*std::move(started));
       } else {
         absl::StatusOr<std::unique_ptr<ChildServer>> child =
-            ChildServer::Spawn(limit, config.server_deadlock_detection);
+            ChildServer::Spawn(limit, config.server_deadlock_detection,
+                               ServerOptionsFor(config).keepalive_interval);
         if (!child.ok()) {
           row.error = child.status().ToString();
           break;
@@ -918,9 +1050,19 @@ int main(int argc, char** argv) {
                  "default to 5)")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 60.0));
-  app.add_option("--channels", config.channels, "gRPC channels shared by the simulated nodes")
+  app.add_option("--channels", config.channels,
+                 "gRPC channels (TCP connections) shared by the simulated nodes; 0: one per node")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
+      ->check(CLI::Range(0, 1000));
+  std::string liveness = "watch";
+  app.add_option("--liveness", liveness,
+                 "how nodes prove they are alive: watch (the open watch stream, and the server's "
+                 "keepalive ping every --heartbeat-interval; what agents do) or unary (a "
+                 "Heartbeat call every --heartbeat-interval: the agents' fallback)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"watch", "unary"}));
+  double keepalive_interval_s = 1;
+  app.add_option("--keepalive-interval", keepalive_interval_s)->group("");
   app.add_option("--timeout", timeout_s, "seconds each join phase may take; bounds the whole run")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
@@ -935,16 +1077,26 @@ int main(int argc, char** argv) {
   app.add_option("--server-pid", server_pid, "with --connect: the server's pid, for CPU and RSS");
   app.add_flag("--server-deadlock-detection,!--no-server-deadlock-detection",
                config.server_deadlock_detection,
-               "leave Abseil's mutex deadlock detection as the library ships it in the server "
-               "child (Debian's: on); off shows what turning it off in musterd would save")
-      ->default_val(true);
+               "leave Abseil's mutex deadlock detection on in the server child, as Debian's build "
+               "ships it; off (the default) is what musterd and muster run with")
+      ->default_val(false);
   app.add_flag("--marks", config.marks,
                "print phase times (CLOCK_MONOTONIC) on stderr, for perf record -k CLOCK_MONOTONIC");
   app.add_flag("--serve", serve, "internal: run only the server, for the parent bench")->group("");
   CLI11_PARSE(app, argc, argv);
   config.timeout = absl::Seconds(timeout_s);
   config.watch = !no_watch;
-  if (serve) return muster::rdzv::ServeMain(config.timeout, config.server_deadlock_detection);
+  config.unary_heartbeats = liveness == "unary";
+  if (serve) {
+    muster::rdzv::ServerOptions options;
+    options.keepalive_interval = absl::Seconds(keepalive_interval_s);
+    return muster::rdzv::ServeMain(config.timeout, config.server_deadlock_detection, options);
+  }
+  if (no_watch && !config.unary_heartbeats) {
+    std::fprintf(stderr, "rdzv_scale: --no-watch needs --liveness unary (the watch stream is the "
+                         "heartbeat otherwise)\n");
+    return 2;
+  }
   if (!connect.empty() && server_pid <= 0) {
     std::fprintf(stderr, "rdzv_scale: --connect needs --server-pid\n");
     return 2;

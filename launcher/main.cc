@@ -22,6 +22,7 @@
 #include "agent/agent.h"
 #include "agent/child_process.h"
 #include "common/log.h"
+#include "common/release_mode.h"
 #include "launcher/nproc.h"
 #include "launcher/options.h"
 #include "rendezvous/grpc_log.h"
@@ -238,6 +239,9 @@ int Main(int argc, char** argv) {
     target = JoinHostPort(endpoint.host == "localhost" ? "127.0.0.1" : endpoint.host, endpoint.port);
   }
 
+  // How long the agent lets the server be silent (see channel.h).
+  const absl::Duration keepalive = absl::FromChrono(config.rdzv_conf.keep_alive_interval) *
+                                   config.rdzv_conf.keep_alive_max_attempt;
   AgentOptions options;
   options.config = std::move(config);
   options.nproc = *nproc;
@@ -249,7 +253,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<int> code = kExitWorkersFailed;
   {
     Agent agent(std::move(options), hub ? rdzv::NewLocalClient(hub, host_addr)
-                                        : rdzv::RendezvousClient::Create(target));
+                                        : rdzv::RendezvousClient::Create(target, keepalive));
     code = agent.Run();
   }
   if (server) server->Shutdown();
@@ -264,4 +268,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace muster
 
-int main(int argc, char** argv) { return muster::Main(argc, argv); }
+int main(int argc, char** argv) {
+  muster::EnterReleaseMode();
+  return muster::Main(argc, argv);
+}

@@ -1,5 +1,6 @@
 #include "rendezvous/client.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <map>
@@ -11,14 +12,36 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 
 namespace muster::rdzv {
+
+grpc::ChannelArguments ClientChannelArguments(absl::Duration keepalive) {
+  grpc::ChannelArguments args;
+  // Reconnect quickly after a transient failure: the server may be an agent
+  // that is just starting.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // Messages are a few hundred bytes: no bandwidth to estimate, and each BDP
+  // ping would cost the server a read and a write.
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  const int keepalive_ms = static_cast<int>(
+      absl::ToInt64Milliseconds(std::max(keepalive, kMinClientKeepaliveInterval)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  // The watch stream sends nothing between rounds: ping all the same.
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  return args;
+}
+
 namespace {
 
 class GrpcRendezvousClient final : public RendezvousClient {
  public:
-  explicit GrpcRendezvousClient(std::string target);
+  GrpcRendezvousClient(std::string target, absl::Duration keepalive);
   ~GrpcRendezvousClient() override;
 
   const std::string& target() const override { return target_; }
@@ -105,14 +128,10 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
   std::function<void(absl::Status)> on_end_;
 };
 
-GrpcRendezvousClient::GrpcRendezvousClient(std::string target) : target_(std::move(target)) {
-  grpc::ChannelArguments args;
-  // Reconnect quickly after a transient failure: the server may be an agent
-  // that is just starting.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+GrpcRendezvousClient::GrpcRendezvousClient(std::string target, absl::Duration keepalive)
+    : target_(std::move(target)) {
+  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(),
+                                       ClientChannelArguments(keepalive));
   stub_ = Rendezvous::NewStub(channel_);
 }
 
@@ -249,8 +268,9 @@ void GrpcRendezvousClient::Watch(const WatchRequest& request,
 
 }  // namespace
 
-std::unique_ptr<RendezvousClient> RendezvousClient::Create(const std::string& target) {
-  return std::make_unique<GrpcRendezvousClient>(target);
+std::unique_ptr<RendezvousClient> RendezvousClient::Create(const std::string& target,
+                                                           absl::Duration keepalive) {
+  return std::make_unique<GrpcRendezvousClient>(target, keepalive);
 }
 
 absl::StatusOr<Assignment> RendezvousClient::JoinSync(const JoinRequest& request,

@@ -21,8 +21,10 @@ class RendezvousClient {
  public:
   // A gRPC client of the server at `target`, "host:port" (IPv6 in brackets).
   // Connecting is lazy: a join waits for the server to come up until its
-  // deadline (agents often start before the host does).
-  static std::unique_ptr<RendezvousClient> Create(const std::string& target);
+  // deadline (agents often start before the host does). The client pings
+  // the server every `keepalive` (see channel.h).
+  static std::unique_ptr<RendezvousClient> Create(const std::string& target,
+                                                  absl::Duration keepalive = absl::Seconds(15));
 
   // Implementations cancel what is in flight and return only when no
   // callback can run any more.

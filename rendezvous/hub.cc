@@ -93,6 +93,8 @@ void RendezvousHub::Join(const JoinRequest& request, const std::string& peer, ui
     absl::Status status = shutting_down_ ? Unavailable() : absl::OkStatus();
     Effects effects;
     if (status.ok()) status = state_.Join(request, peer, absl::Now(), &effects);
+    // A node that left and joins again may have kept its watch stream open.
+    if (status.ok() && watches_.contains(key)) state_.SetWatching(key, true, absl::Now(), &effects);
     if (status.ok()) {
       PendingJoin& slot = joins_[key];
       if (slot.done) {
@@ -145,6 +147,15 @@ void RendezvousHub::Watch(const WatchRequest& request, uint64_t ticket, Watcher 
         deliveries.ends.emplace_back(slot.watcher, absl::AbortedError("replaced by a newer watch"));
       }
       slot = Subscription{ticket, shared};
+      // Opening the watch is a sign of life, and from now on the open stream is.
+      const absl::Time now = absl::Now();
+      absl::StatusOr<int64_t> round = state_.Heartbeat(key, now);
+      Effects effects;
+      state_.SetWatching(key, true, now, &effects);
+      ApplyLocked(effects, &deliveries);
+      WatchEvent started;
+      started.mutable_watch_started()->set_round(round.ok() ? *round : request.known_round());
+      deliveries.events.emplace_back(shared, std::move(started));
       if (*missed) deliveries.events.emplace_back(shared, **missed);
     }
   }
@@ -152,15 +163,20 @@ void RendezvousHub::Watch(const WatchRequest& request, uint64_t ticket, Watcher 
 }
 
 void RendezvousHub::CancelWatch(const NodeKey& key, uint64_t ticket) {
-  std::shared_ptr<Watcher> watcher;
+  Deliveries deliveries;
   {
     absl::MutexLock lock(&mu_);
     auto it = watches_.find(key);
     if (it == watches_.end() || it->second.ticket != ticket) return;
-    watcher = std::move(it->second.watcher);
+    deliveries.ends.emplace_back(std::move(it->second.watcher),
+                                 absl::CancelledError("watch cancelled by the caller"));
     watches_.erase(it);
+    // The stream was the node's heartbeat: its heartbeat timeout starts now.
+    Effects effects;
+    state_.SetWatching(key, false, absl::Now(), &effects);
+    ApplyLocked(effects, &deliveries);
   }
-  watcher->on_end(absl::CancelledError("watch cancelled by the caller"));
+  Deliver(deliveries);
 }
 
 absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const NodeKey& node) {

@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/log.h"
+#include "common/release_mode.h"
 #include "common/unique_fd.h"
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/service.h"
@@ -216,4 +217,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace muster
 
-int main(int argc, char** argv) { return muster::Main(argc, argv); }
+int main(int argc, char** argv) {
+  muster::EnterReleaseMode();
+  return muster::Main(argc, argv);
+}

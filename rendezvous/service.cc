@@ -1,10 +1,19 @@
 #include "rendezvous/service.h"
 
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/status.h"
+#include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 
 namespace muster::rdzv {
@@ -138,6 +147,60 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
 
 namespace {
 
+int Seconds(absl::Duration d) {
+  return std::max(1, static_cast<int>(absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1)))));
+}
+
+// Kernel TCP keepalive on the server's listening sockets, which Linux copies
+// to every connection they accept. gRPC does not hand out its listeners, so
+// they are found among this process's descriptors by their port. The kernel
+// probes idle connections itself: liveness for thousands of agents at no
+// cost to this process (gRPC's HTTP/2 keepalive pings cost 40 us of server
+// CPU per ping at 10,000 connections; see docs/BENCHMARKS.md).
+absl::Status EnableKeepalive(int port, const ServerOptions& options) {
+  const int idle = Seconds(options.keepalive_interval);
+  const int probes = std::max(1, options.keepalive_probes);
+  // Unacknowledged data (a push to a vanished host) gives up as soon.
+  const unsigned user_timeout_ms = static_cast<unsigned>(1000 * idle * (probes + 1));
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return ErrnoToStatus(errno, "opendir /proc/self/fd");
+  int found = 0;
+  absl::Status status;
+  while (const dirent* entry = readdir(dir)) {
+    const int fd = std::atoi(entry->d_name);
+    if (fd <= 2 || fd == dirfd(dir)) continue;
+    int listening = 0;
+    socklen_t length = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    length = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) continue;
+    const int bound = addr.ss_family == AF_INET
+                          ? ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port)
+                      : addr.ss_family == AF_INET6
+                          ? ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port)
+                          : -1;
+    if (bound != port) continue;
+    const int on = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms) != 0) {
+      status = ErrnoToStatus(errno, absl::StrCat("TCP keepalive on the listener of port ", port));
+      break;
+    }
+    ++found;
+  }
+  closedir(dir);
+  if (!status.ok()) return status;
+  if (found == 0) {
+    return absl::InternalError(absl::StrCat("cannot find the listening socket of port ", port,
+                                            " to turn TCP keepalive on"));
+  }
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -205,7 +268,8 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const std::string& host,
-                                                                          int port) {
+                                                                          int port,
+                                                                          const ServerOptions& options) {
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->hub_ = std::make_shared<RendezvousHub>();
   server->service_ = std::make_unique<RendezvousService>(server->hub_);
@@ -213,6 +277,19 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   // Without this, gRPC sets SO_REUSEPORT and a second server on the same port
   // would silently share it instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Callers keep their own deadlines (a client cancels its call when its
+  // deadline passes, and the cancel reaches the hub), so the server keeps no
+  // timer per call: with 10,000 long-polling joins those timers were a
+  // quarter of the server's CPU in Debian's gRPC (a debug build).
+  builder.AddChannelArgument(GRPC_ARG_ENABLE_DEADLINE_CHECKS, 0);
+  // Messages here are a few hundred bytes: no bandwidth to estimate, so no
+  // BDP pings (and their timers) after every read.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  // Agents ping to find a server that vanished (channel.h): allow it.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(kMinClientKeepaliveInterval)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   const std::string address =
       host.find(':') != std::string::npos && host.front() != '['
           ? absl::StrCat("[", host, "]:", port)
@@ -228,6 +305,13 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
                        ": the port is in use or the address is not this host's"));
     }
     return absl::InvalidArgumentError(absl::StrCat("cannot listen on ", address));
+  }
+  if (options.keepalive_interval > absl::ZeroDuration()) {
+    absl::Status keepalive = EnableKeepalive(server->port_, options);
+    if (!keepalive.ok()) {
+      server->Shutdown(absl::ZeroDuration());
+      return keepalive;
+    }
   }
   return server;
 }

@@ -45,12 +45,26 @@ class RendezvousService final : public Rendezvous::CallbackService {
   const std::shared_ptr<RendezvousHub> hub_;
 };
 
+// How the server watches its connections.
+struct ServerOptions {
+  // The kernel probes every idle connection (TCP keepalive) this often, in
+  // whole seconds, and resets it after `keepalive_probes` unanswered probes
+  // in a row. That ends the node's watch stream, and the node's heartbeat
+  // timeout starts: an open watch stream is the node's heartbeat (see
+  // RendezvousHub::Watch), and the probes are what find a host that vanished
+  // without closing its connection (power loss, a cut link). A host whose
+  // agent dies closes its connections at once. Zero: no keepalive.
+  absl::Duration keepalive_interval = absl::Seconds(1);
+  int keepalive_probes = 3;
+};
+
 // A gRPC server hosting one RendezvousService.
 class RendezvousServer {
  public:
   // Listens on host:port; port 0 picks a free port. kAlreadyExists when the
   // port is taken, kInvalidArgument for an address gRPC cannot bind.
-  static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(const std::string& host, int port);
+  static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(const std::string& host, int port,
+                                                                 const ServerOptions& options = {});
   ~RendezvousServer();
 
   int port() const { return port_; }

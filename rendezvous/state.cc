@@ -171,6 +171,19 @@ absl::StatusOr<int64_t> RendezvousState::Heartbeat(const NodeKey& key, absl::Tim
   return (*job)->round;
 }
 
+void RendezvousState::SetWatching(const NodeKey& key, bool watching, absl::Time now,
+                                  Effects* effects) {
+  Job* job = FindJob(key.job_id);
+  if (job == nullptr) return;
+  auto it = job->nodes.find(key.node_id);
+  if (it == job->nodes.end() || it->second.watching == watching) return;
+  it->second.watching = watching;
+  if (!watching) {
+    it->second.last_seen = now;
+    effects->rearm_timer = true;  // its heartbeat deadline starts now
+  }
+}
+
 absl::Status RendezvousState::ReportFailure(const NodeKey& key, int64_t round,
                                             const Failure& failure, absl::Time now,
                                             Effects* effects) {
@@ -255,7 +268,7 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
       const absl::Duration timeout = absl::Milliseconds(job.config.heartbeat_timeout_ms());
       std::vector<std::string> dead;
       for (const auto& [node_id, node] : job.nodes) {
-        if (NeedsHeartbeat(job, node_id) && now - node.last_seen >= timeout) {
+        if (NeedsHeartbeat(job, node_id, node) && now - node.last_seen >= timeout) {
           dead.push_back(node_id);
         }
       }
@@ -301,7 +314,7 @@ std::optional<absl::Time> RendezvousState::NextDeadline() const {
     }
     if (job.config.heartbeat_timeout_ms() > 0) {
       for (const auto& [node_id, node] : job.nodes) {
-        if (!NeedsHeartbeat(job, node_id)) continue;
+        if (!NeedsHeartbeat(job, node_id, node)) continue;
         consider(node.last_seen + absl::Milliseconds(job.config.heartbeat_timeout_ms()));
       }
     }
@@ -572,11 +585,13 @@ bool RendezvousState::IsParticipant(const Job& job, const std::string& node_id) 
          job.participants.end();
 }
 
-bool RendezvousState::NeedsHeartbeat(const Job& job, const std::string& node_id) {
+bool RendezvousState::NeedsHeartbeat(const Job& job, const std::string& node_id,
+                                     const Node& node) {
   // A pending join is alive while its call is open (the server drops the node
   // when the call is cancelled), and agents heartbeat only once in the job. A
-  // node whose workers all finished may exit: it is not needed any more.
-  return !job.joined.contains(node_id) && !job.waiting.contains(node_id) &&
+  // node whose workers all finished may exit: it is not needed any more. An
+  // open watch stream is a heartbeat.
+  return !node.watching && !job.joined.contains(node_id) && !job.waiting.contains(node_id) &&
          !job.done.contains(node_id);
 }
 

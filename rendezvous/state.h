@@ -76,6 +76,12 @@ class RendezvousState {
   // Errors: kNotFound unknown job or node; kFailedPrecondition job closed.
   absl::StatusOr<int64_t> Heartbeat(const NodeKey& node, absl::Time now);
 
+  // The node's watch stream opened or ended. While it is open the node needs
+  // no heartbeats: the stream is its heartbeat (the server's connection
+  // keepalive ends it when the host vanishes). When it ends, the node's
+  // heartbeat timeout starts from `now`. Unknown nodes are ignored.
+  void SetWatching(const NodeKey& node, bool watching, absl::Time now, Effects* effects);
+
   // A worker of `node` failed in `round`. The first report of a running round
   // opens the next one (using a restart) or, with restarts spent, closes the
   // job as failed. Reports for an older round are ignored.
@@ -116,6 +122,7 @@ class RendezvousState {
     std::string addr;  // advertised, else the peer address
     absl::Time last_seen;
     int64_t join_seq = 0;
+    bool watching = false;  // its watch stream is open: it needs no heartbeats
   };
 
   struct Job {
@@ -156,7 +163,7 @@ class RendezvousState {
   std::string DescribeNodes(const Job& job, const std::set<std::string>& ids) const;
   static bool IsParticipant(const Job& job, const std::string& node_id);
   // Whether the heartbeat timer applies to the node.
-  static bool NeedsHeartbeat(const Job& job, const std::string& node_id);
+  static bool NeedsHeartbeat(const Job& job, const std::string& node_id, const Node& node);
 
   std::map<std::string, Job, std::less<>> jobs_;
 };

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -81,7 +82,13 @@ class WatchLog {
         request,
         [state = state_](const WatchEvent& event) {
           absl::MutexLock lock(&state->mu);
-          state->events.push_back(event);
+          if (event.has_watch_started()) {
+            // The server says it counts the open stream as a heartbeat: first, and once.
+            state->started_first = state->events.empty() && !state->started_round.has_value();
+            state->started_round = event.watch_started().round();
+          } else {
+            state->events.push_back(event);
+          }
         },
         [state = state_](absl::Status status) {
           absl::MutexLock lock(&state->mu);
@@ -97,6 +104,18 @@ class WatchLog {
       ADD_FAILURE() << "got " << state_->events.size() << " watch events, want " << n;
     }
     return state_->events;
+  }
+
+  // The round the server's WatchStarted event named; fails the test after
+  // kWait, or when that event was not the stream's first.
+  std::optional<int64_t> WaitForStart() {
+    absl::MutexLock lock(&state_->mu);
+    if (!state_->mu.AwaitWithTimeout(absl::Condition(&State::Started, state_.get()), kWait)) {
+      ADD_FAILURE() << "no WatchStarted event";
+      return std::nullopt;
+    }
+    EXPECT_TRUE(state_->started_first) << "WatchStarted came after other events, or twice";
+    return state_->started_round;
   }
 
   // How the stream ended; fails the test after kWait.
@@ -115,9 +134,14 @@ class WatchLog {
       return s->events.size() >= s->want;
     }
     static bool Ended(State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->end.has_value(); }
+    static bool Started(State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+      return s->started_round.has_value();
+    }
 
     absl::Mutex mu;
-    std::vector<WatchEvent> events ABSL_GUARDED_BY(mu);
+    std::vector<WatchEvent> events ABSL_GUARDED_BY(mu);  // all but WatchStarted
+    std::optional<int64_t> started_round ABSL_GUARDED_BY(mu);
+    bool started_first ABSL_GUARDED_BY(mu) = false;
     std::optional<absl::Status> end ABSL_GUARDED_BY(mu);
     size_t want ABSL_GUARDED_BY(mu) = 0;
   };
@@ -318,12 +342,50 @@ TEST_F(ServiceTest, WatchSeesTheOtherNodesFailureAndTheJobsClose) {
   EXPECT_TRUE(watch.WaitForEnd().ok()) << "the stream ends after JobClosed";
 }
 
+TEST_F(ServiceTest, AnOpenWatchIsTheNodesHeartbeatAndItsEndStartsTheTimeout) {
+  auto client_a = NewClient();
+  auto client_b = NewClient();
+  JoinRequest request_a = MakeJoin("beat", "a", 1, 2);
+  JoinRequest request_b = MakeJoin("beat", "b", 1, 2);
+  for (JoinRequest* request : {&request_a, &request_b}) {
+    request->mutable_config()->set_heartbeat_timeout_ms(300);
+    request->mutable_config()->set_last_call_timeout_ms(10'000);
+  }
+  {
+    Pending<absl::StatusOr<Assignment>> join_a;
+    client_a->Join(request_a, kRpc, join_a.Callback());
+    ASSERT_TRUE(Join(*client_b, request_b).ok());  // max reached: no last call
+    ASSERT_TRUE(join_a.Wait().ok());
+  }
+  WatchLog watch_a, watch_b;
+  watch_a.Start(*client_a, "beat", "a", 0);
+  watch_b.Start(*client_b, "beat", "b", 0);
+  ASSERT_EQ(watch_a.WaitForStart(), 0);
+  ASSERT_EQ(watch_b.WaitForStart(), 0);
+
+  // Five heartbeat timeouts without a Heartbeat call: the streams keep both in.
+  absl::SleepFor(absl::Milliseconds(1'500));
+  absl::StatusOr<StatusResponse> status = JobStatus(*client_a, "beat");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->round(), 0);
+  EXPECT_EQ(status->participants(), 2);
+
+  // b's agent goes away: its stream ends, and 300 ms later it is lost.
+  client_b.reset();
+  std::vector<WatchEvent> events = watch_a.WaitForEvents(1);
+  ASSERT_GE(events.size(), 1u);
+  ASSERT_TRUE(events[0].has_round_changed());
+  EXPECT_EQ(events[0].round_changed().reason(), RoundChanged::NODE_LOST);
+  EXPECT_THAT(events[0].round_changed().detail(), HasSubstr("host-b"));
+}
+
 TEST_F(ServiceTest, WatchOpenedLateStartsWithTheMissedEvent) {
   auto client = NewClient();
   ASSERT_TRUE(Join(*client, MakeJoin("late", "a", 1, 1)).ok());
   ASSERT_TRUE(ReportFailure(*client, "late", "a", 0).ok());
   WatchLog watch;
   watch.Start(*client, "late", "a", 0);
+  EXPECT_EQ(watch.WaitForStart(), 1) << "the job's round as the watch opened";
   std::vector<WatchEvent> events = watch.WaitForEvents(1);
   ASSERT_GE(events.size(), 1u);
   EXPECT_EQ(events[0].round_changed().new_round(), 1);
@@ -363,11 +425,10 @@ TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
   ASSERT_TRUE(WaitForStatus(*client, "cut",
                             [](const StatusResponse& s) { return s.participants() == 1; }));
   WatchLog watch;
-  // known_round -1: the hub answers at once with the round the node missed,
-  // which proves the watch is open on the server before it shuts down (a
-  // call still in flight then would be cancelled by gRPC itself instead).
-  watch.Start(*client, "cut", "a", -1);
-  ASSERT_EQ(watch.WaitForEvents(1).size(), 1u);
+  // WatchStarted proves the watch is open on the server before it shuts down
+  // (a call still in flight then would be cancelled by gRPC itself instead).
+  watch.Start(*client, "cut", "a", 0);
+  ASSERT_EQ(watch.WaitForStart(), 0);
 
   absl::Notification shut;
   std::thread shutdown([this, &shut] {
@@ -407,6 +468,51 @@ TEST_F(ServiceTest, SecondServerOnTheSamePortFailsWithAlreadyExists) {
   // The first one still serves.
   auto client = NewClient();
   EXPECT_TRUE(Join(*client, MakeJoin("still", "a", 1, 1)).ok());
+}
+
+// The server's side of every connection it accepted on `port`, found among
+// this process's descriptors (the server runs in this test).
+std::vector<int> AcceptedSockets(int port) {
+  std::vector<int> found;
+  for (int fd = 3; fd < 1024; ++fd) {
+    int listening = 1;
+    socklen_t length = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0 || listening) continue;
+    // gRPC may serve 127.0.0.1 on a dual-stack socket (::ffff:127.0.0.1).
+    sockaddr_in6 addr{};
+    length = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) continue;
+    const int local_port = addr.sin6_family == AF_INET6 ? ntohs(addr.sin6_port)
+                           : addr.sin6_family == AF_INET
+                               ? ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port)
+                               : -1;
+    if (local_port == port) found.push_back(fd);
+  }
+  return found;
+}
+
+TEST_F(ServiceTest, AcceptedConnectionsHaveTcpKeepaliveEverySecond) {
+  auto client = NewClient();
+  ASSERT_TRUE(Join(*client, MakeJoin("probed", "a", 1, 1)).ok());  // connects
+  const std::vector<int> accepted = AcceptedSockets(server_->port());
+  ASSERT_FALSE(accepted.empty()) << "no accepted connection on port " << server_->port();
+  for (int fd : accepted) {
+    int on = 0, idle = 0, interval = 0, probes = 0;
+    unsigned user_timeout = 0;
+    socklen_t length = sizeof on;
+    ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, &length), 0);
+    EXPECT_EQ(on, 1) << "fd " << fd;
+    length = sizeof idle;
+    ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, &length), 0);
+    ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, &length), 0);
+    ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, &length), 0);
+    length = sizeof user_timeout;
+    ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, &length), 0);
+    EXPECT_EQ(idle, 1);
+    EXPECT_EQ(interval, 1);
+    EXPECT_EQ(probes, 3);
+    EXPECT_EQ(user_timeout, 4'000u);
+  }
 }
 
 TEST_F(ServiceTest, ClientDestructorWithAPendingJoinReturnsPromptly) {

@@ -560,6 +560,28 @@ TEST_F(StateTest, HeartbeatsKeepNodesAlive) {
   EXPECT_EQ(state_.NextDeadline(), At(40'000 + kHeartbeatMs));
 }
 
+TEST_F(StateTest, AnOpenWatchStreamIsAHeartbeatAndItsEndStartsTheTimeout) {
+  Form({{"a"}, {"b"}}, At(0));
+  Effects effects;
+  state_.SetWatching({job_, "a"}, true, At(1'000), &effects);
+  state_.SetWatching({job_, "b"}, true, At(1'000), &effects);
+  EXPECT_EQ(state_.NextDeadline(), std::nullopt) << "no heartbeat timer while both watch";
+  EXPECT_TRUE(Advance(At(60'000)).empty()) << "silent, but watching: alive";
+
+  Effects ended;
+  state_.SetWatching({job_, "b"}, false, At(60'000), &ended);
+  EXPECT_TRUE(ended.rearm_timer) << "b's heartbeat deadline starts now";
+  EXPECT_EQ(state_.NextDeadline(), At(60'000 + kHeartbeatMs));
+  EXPECT_TRUE(Advance(At(60'000 + kHeartbeatMs - 1)).empty());
+  auto pushed = Pushed(Advance(At(60'000 + kHeartbeatMs)));
+  ASSERT_EQ(pushed.count("a"), 1u) << "b was silent for the heartbeat timeout after its watch ended";
+  EXPECT_EQ(pushed["a"].at(0).round_changed().reason(), RoundChanged::NODE_LOST);
+
+  Effects unknown;  // a node the job no longer has: ignored
+  state_.SetWatching({job_, "b"}, true, At(70'000), &unknown);
+  EXPECT_TRUE(unknown.empty());
+}
+
 TEST_F(StateTest, SilentNodeIsRemovedAndTheRoundReformsFromTheRest) {
   config_ = Config(2, 3);
   Form({{"a"}, {"b"}, {"c"}}, At(0));
