@@ -4,20 +4,22 @@
 // job "scale-N" (min = max = N, 8 workers per node, no last call); the bench
 // times the first Join sent to the last assignment received and checks the
 // assignments agree. Every node then opens its watch stream (as an agent
-// does) and heartbeats once a second (--heartbeat-interval); the bench reads
-// the server process's CPU time over that window from /proc/<pid>/stat, and
-// its peak RSS (VmHWM) at the end. Last, the same joins go straight into an
-// in-process RendezvousHub, to tell the rendezvous core's cost from gRPC's.
+// does), and liveness runs for --heartbeat-seconds as agents do it: no
+// calls, the server's kernel probing each connection every
+// --heartbeat-interval and each node's channel pinging the server every
+// 15 s (--liveness unary instead: a Heartbeat call per node and interval).
+// The bench reads the server process's CPU over that window from
+// /proc/<pid>/stat, the whole machine's from /proc/stat, and its peak RSS
+// (VmHWM) at the end. Last, the same joins go straight into an in-process
+// RendezvousHub, to tell the rendezvous core's cost from gRPC's.
 //
 // The server runs in a child process (this binary re-executed with --serve),
 // so its RSS and CPU are its own; --server in-process or --connect (a
 // musterd started by hand, with --server-pid) are the alternatives.
 //
-// The simulated nodes are light: a few gRPC channels (one TCP connection
-// each) are shared by all of them, and every call goes through the
-// generated callback stub. A real deployment has one connection per node;
-// the server's per-call work is the same, its per-connection cost (and the
-// wakeups that batching on a shared connection saves) is not measured here.
+// The simulated nodes are light (callback stubs, one process), but each has
+// its own gRPC channel and TCP connection with an agent's channel arguments,
+// as real agents do; --channels K shares K connections among them instead.
 //
 // Not run in CI: timed thresholds are printed, not asserted.
 #include <fcntl.h>

@@ -4,7 +4,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <linux/tcp.h>  // struct tcp_info with tcpi_segs_in (glibc's is older)
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -513,6 +513,61 @@ TEST_F(ServiceTest, AcceptedConnectionsHaveTcpKeepaliveEverySecond) {
     EXPECT_EQ(probes, 3);
     EXPECT_EQ(user_timeout, 4'000u);
   }
+}
+
+// Segments a socket has received or sent (TCP_INFO), from `fd`'s side.
+std::pair<uint32_t, uint32_t> SegmentsInOut(int fd) {
+  tcp_info info{};
+  socklen_t length = sizeof info;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return {0, 0};
+  return {info.tcpi_segs_in, info.tcpi_segs_out};
+}
+
+// An idle connection with a watch open: the server's kernel probes it every
+// second (keepalive), and the client pings every `keepalive`. Counts what
+// the server's side of the connection saw over 3.5 s.
+std::pair<uint32_t, uint32_t> IdleTraffic(const ServerOptions& options, absl::Duration keepalive) {
+  absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
+      RendezvousServer::Start("127.0.0.1", 0, options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return {0, 0};
+  auto client = RendezvousClient::Create("127.0.0.1:" + std::to_string((*server)->port()), keepalive);
+  JoinRequest join = MakeJoin("idle", "a", 1, 1);
+  EXPECT_TRUE(client->JoinSync(join, kRpc).ok());
+  WatchLog watch;
+  watch.Start(*client, "idle", "a", 0);
+  EXPECT_EQ(watch.WaitForStart(), 0);
+  const std::vector<int> accepted = AcceptedSockets((*server)->port());
+  EXPECT_EQ(accepted.size(), 1u);
+  if (accepted.size() != 1) return {0, 0};
+  const auto [in_before, out_before] = SegmentsInOut(accepted[0]);
+  absl::SleepFor(absl::Milliseconds(3'500));
+  const auto [in_after, out_after] = SegmentsInOut(accepted[0]);
+  return {in_after - in_before, out_after - out_before};
+}
+
+TEST(KeepaliveTest, TheServersKernelProbesAnIdleConnectionEverySecond) {
+  // The client pings only every minute: what the server sends is the probes.
+  const auto [in, out] = IdleTraffic(ServerOptions{}, absl::Minutes(1));
+  EXPECT_GE(out, 3u) << "keepalive probes sent in 3.5 s";
+  EXPECT_GE(in, 3u) << "their answers";
+}
+
+TEST(KeepaliveTest, TheClientPingsTheServerEveryKeepaliveInterval) {
+  ServerOptions no_probes;
+  no_probes.keepalive_interval = absl::ZeroDuration();
+  const auto [in, out] = IdleTraffic(no_probes, absl::Seconds(1));
+  EXPECT_GE(in, 3u) << "HTTP/2 pings received in 3.5 s";
+  EXPECT_GE(out, 3u) << "their answers";
+}
+
+TEST(KeepaliveTest, AnIdleConnectionWithoutProbesOrPingsIsSilent) {
+  // The control: the two tests above count traffic that the keepalives make.
+  ServerOptions no_probes;
+  no_probes.keepalive_interval = absl::ZeroDuration();
+  const auto [in, out] = IdleTraffic(no_probes, absl::Minutes(1));
+  EXPECT_LE(in, 1u) << "at most a late ACK of the watch's start";
+  EXPECT_LE(out, 1u);
 }
 
 TEST_F(ServiceTest, ClientDestructorWithAPendingJoinReturnsPromptly) {
