@@ -1,0 +1,148 @@
+#include "worker/bootstrap.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "worker/devices.h"
+
+namespace muster::worker {
+namespace {
+
+// Tells every rank that arrived, then returns the error itself.
+absl::Status FailAll(std::vector<UniqueFd>& ranks, const absl::Status& status) {
+  Welcome failed;
+  failed.set_error(std::string(status.message()));
+  for (UniqueFd& fd : ranks) {
+    if (fd.valid()) SendMessage(fd.get(), failed, absl::Now() + absl::Seconds(2)).IgnoreError();
+  }
+  return status;
+}
+
+absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me,
+                                           const BootstrapOptions& options) {
+  Bootstrapped out;
+  out.ranks.resize(env.world_size);
+  std::vector<Hello> hellos(env.world_size);
+  hellos[0] = me;
+  std::vector<std::string> addrs(env.world_size);
+  addrs[0] = env.master_addr;
+  if (env.world_size > 1) {
+    absl::StatusOr<Listener> listener = Listen(env.master_port);
+    if (!listener.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank 0 cannot listen on MASTER_PORT ", env.master_port, ": ", listener.status().message(),
+          "; pick a free port"));
+    }
+    const absl::Time deadline = absl::Now() + options.timeout;
+    int arrived = 1;
+    while (arrived < env.world_size) {
+      absl::StatusOr<UniqueFd> fd = Accept(listener->fd.get(), deadline);
+      if (!fd.ok()) {
+        std::vector<int> missing;
+        for (int r = 1; r < env.world_size; ++r) {
+          if (!out.ranks[r].valid()) missing.push_back(r);
+        }
+        return FailAll(out.ranks, absl::DeadlineExceededError(absl::StrCat(
+            missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
+            missing.size() == 1 ? " never reached" : " never reached", " rank 0 at ",
+            env.master_addr, ":", env.master_port, " within ",
+            absl::FormatDuration(options.timeout), " (", arrived, " of ", env.world_size,
+            " ranks arrived); is every rank started with the same MASTER_ADDR and MASTER_PORT?")));
+      }
+      Hello hello;
+      if (!RecvMessage(fd->get(), &hello, deadline).ok()) continue;  // not one of ours
+      if (hello.world_size() != env.world_size || hello.rank() <= 0 ||
+          hello.rank() >= env.world_size || out.ranks[hello.rank()].valid()) {
+        Welcome refused;
+        refused.set_error(absl::StrCat(
+            "rank 0 (WORLD_SIZE ", env.world_size, ") cannot take a rank ", hello.rank(),
+            " with WORLD_SIZE ", hello.world_size(),
+            hello.rank() > 0 && hello.rank() < env.world_size ? " (it has that rank already)" : "",
+            "; every rank needs the same WORLD_SIZE and its own RANK"));
+        SendMessage(fd->get(), refused, deadline).IgnoreError();
+        return FailAll(out.ranks, absl::InvalidArgumentError(refused.error()));
+      }
+      addrs[hello.rank()] = PeerAddress(fd->get());
+      hellos[hello.rank()] = hello;
+      out.ranks[hello.rank()] = *std::move(fd);
+      ++arrived;
+    }
+  }
+
+  std::vector<RankIdentity> identities;
+  for (const Hello& h : hellos) identities.push_back({h.rank(), h.host(), h.bus_id()});
+  if (absl::Status distinct = CheckDistinctDevices(identities); !distinct.ok()) {
+    return FailAll(out.ranks, distinct);
+  }
+  std::vector<int> without_nccl;
+  for (const Hello& h : hellos) {
+    if (!h.can_nccl()) without_nccl.push_back(h.rank());
+  }
+  Welcome& welcome = out.welcome;
+  if (options.backend == "nccl" && !without_nccl.empty()) {
+    return FailAll(out.ranks, absl::InvalidArgumentError(absl::StrCat(
+        "--backend nccl, but rank(s) ", absl::StrJoin(without_nccl, ", "),
+        " have no GPU or no NCCL; use --backend tcp or auto")));
+  }
+  welcome.set_backend(options.backend == "tcp" || !without_nccl.empty() ? "tcp" : "nccl");
+  if (welcome.backend() == "nccl") {
+    absl::StatusOr<std::string> id = options.make_nccl_id();
+    if (!id.ok()) return FailAll(out.ranks, id.status());
+    welcome.set_nccl_id(*id);
+  }
+  for (int r = 0; r < env.world_size; ++r) {
+    Peer* peer = welcome.add_peers();
+    peer->set_rank(r);
+    peer->set_host(hellos[r].host());
+    peer->set_addr(addrs[r]);
+    peer->set_ring_port(hellos[r].ring_port());
+    peer->set_bus_id(hellos[r].bus_id());
+  }
+  const absl::Time deadline = absl::Now() + options.timeout;
+  for (int r = 1; r < env.world_size; ++r) {
+    if (absl::Status sent = SendMessage(out.ranks[r].get(), welcome, deadline); !sent.ok()) {
+      return FailAll(out.ranks, absl::UnavailableError(absl::StrCat(
+          RankName(welcome, r), " went away during the bootstrap: ", sent.message())));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RankName(const Welcome& welcome, int rank) {
+  if (rank >= 0 && rank < welcome.peers_size()) {
+    return absl::StrCat("rank ", rank, " (", welcome.peers(rank).host(), ")");
+  }
+  return absl::StrCat("rank ", rank);
+}
+
+absl::StatusOr<Bootstrapped> Bootstrap(const WorkerEnv& env, const Hello& me,
+                                       const BootstrapOptions& options) {
+  if (env.rank == 0) return RootBootstrap(env, me, options);
+  Bootstrapped out;
+  const absl::Time deadline = absl::Now() + options.timeout;
+  absl::StatusOr<UniqueFd> root = Connect(env.master_addr, env.master_port, deadline);
+  if (!root.ok()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", env.rank, " cannot reach rank 0 at MASTER_ADDR:MASTER_PORT: ",
+        root.status().message(), "; is rank 0 running?"));
+  }
+  MUSTER_RETURN_IF_ERROR(SendMessage(root->get(), me, deadline));
+  // Rank 0 may wait out its own timeout for the last rank, then answer.
+  absl::Status got = RecvMessage(root->get(), &out.welcome, deadline + options.timeout);
+  if (!got.ok()) {
+    return absl::UnavailableError(absl::StrCat("rank ", env.rank, " got no answer from rank 0 at ",
+                                               env.master_addr, ":", env.master_port, ": ",
+                                               got.message()));
+  }
+  if (!out.welcome.error().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank 0 stopped the job: ", out.welcome.error()));
+  }
+  out.root = *std::move(root);
+  return out;
+}
+
+}  // namespace muster::worker
