@@ -64,6 +64,16 @@ bool IsElfFile(const std::string& path) {
          magic[3] == 'F';
 }
 
+// The directory of this muster binary: the bundled muster-allreduce lives
+// there, and is found even when that directory is not on PATH.
+std::string SelfDirectory() {
+  char self[PATH_MAX] = {};
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (length <= 0) return "";
+  const std::string path(self, static_cast<size_t>(length));
+  return path.substr(0, path.rfind('/'));
+}
+
 struct Endpoint {
   std::string host;
   int port = kDefaultRdzvPort;
@@ -157,12 +167,23 @@ int Main(int argc, char** argv) {
   if (!nproc.ok()) return UsageError(nproc.status().message());
 
   const std::string path = GetEnv("PATH").value_or("/usr/bin:/bin");
+  // Programs are looked up on PATH, then beside muster (muster-allreduce).
+  const std::string program_path = absl::StrCat(path, ":", SelfDirectory());
   std::string program;
   if (!config.module) {
+    const bool bare_name = config.script.find('/') == std::string::npos;
+    absl::StatusOr<std::string> found_program =
+        bare_name && access(config.script.c_str(), F_OK) != 0
+            ? ResolveExecutable(config.script, program_path)
+            : absl::NotFoundError("not a bare program name");
     if (config.no_python) {
-      absl::StatusOr<std::string> resolved = ResolveExecutable(config.script, path);
+      absl::StatusOr<std::string> resolved = ResolveExecutable(config.script, program_path);
       if (!resolved.ok()) return UsageError(resolved.status().message());
       program = *resolved;
+    } else if (found_program.ok() && IsElfFile(*found_program)) {
+      // A native program named like a command (muster-allreduce): run it directly.
+      config.no_python = true;
+      program = *found_program;
     } else if (access(config.script.c_str(), F_OK) != 0) {
       return UsageError(absl::StrCat(config.script,
                                      ": no such file; give the path of a Python script, -m "

@@ -208,6 +208,8 @@ int Main(int argc, char** argv) {
   me.set_can_nccl(gpu->present);
   bootstrap_options.make_nccl_id = NewNcclId;
 #endif
+  // Test hook: a fake GPU bus id, to prove the duplicate-GPU check on CPUs.
+  if (std::optional<std::string> fake = GetEnv("MUSTER_ALLREDUCE_TEST_BUS_ID")) me.set_bus_id(*fake);
   absl::StatusOr<Listener> ring_listener = Listen(0);
   if (!ring_listener.ok()) return Fail(*env, ring_listener.status());
   me.set_ring_port(ring_listener->port);
