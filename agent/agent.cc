@@ -489,7 +489,10 @@ void Agent::Impl::OnRdzvEvents() {
         break;
       case RdzvEvent::Kind::kPushed:
         if (event.event.has_watch_started()) {
-          if (static_cast<uint64_t>(event.round) == watch_generation_) watch_started_ = true;
+          if (static_cast<uint64_t>(event.round) == watch_generation_) {
+            watch_started_ = true;
+            heartbeat_failures_ = 0;  // the server answered: failures so far are not in a row
+          }
           break;
         }
         OnPushed(event.event);

@@ -7,7 +7,7 @@
 // does), and liveness runs for --heartbeat-seconds as agents do it: no
 // calls, the server's kernel probing each connection every
 // --heartbeat-interval and each node's channel pinging the server every
-// 15 s (--liveness unary instead: a Heartbeat call per node and interval).
+// 10 s (--liveness unary instead: a Heartbeat call per node and interval).
 // The bench reads the server process's CPU over that window from
 // /proc/<pid>/stat, the whole machine's from /proc/stat, and its peak RSS
 // (VmHWM) at the end. Last, the same joins go straight into an in-process
@@ -74,9 +74,10 @@ constexpr int kFirstMasterPort = 20000;
 // while 10,000 joins are in flight.
 constexpr int64_t kHeartbeatTimeoutMs = 30'000;
 constexpr absl::Duration kHeartbeatDeadline = absl::Seconds(10);
-// How often an agent pings the server by default: keep_alive_interval (5 s)
-// x keep_alive_max_attempt (3); launcher/main.cc.
-constexpr absl::Duration kAgentKeepalive = absl::Seconds(15);
+// How often an agent pings the server by default: heartbeat_timeout (30 s) / 3,
+// shorter than keep_alive_interval (5 s) x keep_alive_max_attempt (3); see
+// launcher/main.cc.
+constexpr absl::Duration kAgentKeepalive = absl::Seconds(10);
 // Targets and reference from issue 3 ("Measure", Scale).
 constexpr int kTargetNodes = 10'000;
 constexpr double kTargetJoinMs = 1000.0;
@@ -346,7 +347,7 @@ struct SimNode {
 struct RunConfig {
   int nodes = 0;
   int channels = 0;  // 0: one per node, as real agents have
-  int heartbeat_seconds = 20;  // covers a ping from every node (one per 15 s)
+  int heartbeat_seconds = 20;  // covers a ping from every node (one per 10 s)
   double heartbeat_interval_s = 1.0;  // each node's
   // Liveness by unary Heartbeat calls (the fallback agents use while their
   // watch stream is down), or by the open watch streams with the server's
@@ -589,7 +590,7 @@ absl::StatusOr<double> MachineBusySeconds() {
 
 // Liveness by watch stream, as agents do it: no calls at all. The server's
 // kernel probes every connection once per interval (TCP keepalive), and each
-// node's channel pings the server every 15 s (HTTP/2 PING, channel.h), to
+// node's channel pings the server every 10 s (HTTP/2 PING, channel.h), to
 // find a server that vanished. Reads the server's CPU and the
 // whole machine's over the window, and checks the probes happened: each
 // probe and its answer are a TCP segment.

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -260,9 +261,14 @@ int Main(int argc, char** argv) {
     target = JoinHostPort(endpoint.host == "localhost" ? "127.0.0.1" : endpoint.host, endpoint.port);
   }
 
-  // How long the agent lets the server be silent (see channel.h).
-  const absl::Duration keepalive = absl::FromChrono(config.rdzv_conf.keep_alive_interval) *
-                                   config.rdzv_conf.keep_alive_max_attempt;
+  // How long the agent lets the server be silent (see channel.h); a third of
+  // the heartbeat timeout at most, so that after a network outage the agent
+  // finds its dropped connection (and reopens its watch) well before the
+  // server gives up on it.
+  const absl::Duration keepalive =
+      std::min(absl::FromChrono(config.rdzv_conf.keep_alive_interval) *
+                   config.rdzv_conf.keep_alive_max_attempt,
+               absl::FromChrono(config.rdzv_conf.heartbeat_timeout) / 3);
   AgentOptions options;
   options.config = std::move(config);
   options.nproc = *nproc;

@@ -21,7 +21,8 @@ inline constexpr absl::Duration kMinClientKeepaliveInterval = absl::Seconds(1);
 // agent makes no calls, and the ping is how it finds a server that vanished
 // without closing the connection (giving the connection up ends the watch,
 // and the agent's Heartbeat calls resume). Agents use keep_alive_interval x
-// keep_alive_max_attempt, 15 s by default.
+// keep_alive_max_attempt or heartbeat_timeout / 3, whichever is shorter:
+// 10 s by default.
 grpc::ChannelArguments ClientChannelArguments(absl::Duration keepalive);
 
 }  // namespace muster::rdzv

@@ -24,7 +24,7 @@ class RendezvousClient {
   // deadline (agents often start before the host does). The client pings
   // the server every `keepalive` (see channel.h).
   static std::unique_ptr<RendezvousClient> Create(const std::string& target,
-                                                  absl::Duration keepalive = absl::Seconds(15));
+                                                  absl::Duration keepalive = absl::Seconds(10));
 
   // Implementations cancel what is in flight and return only when no
   // callback can run any more.
