@@ -24,6 +24,7 @@
 #include "worker/env.h"
 #include "worker/net.h"
 #include "worker/report.h"
+#include "worker/runner.h"
 #include "worker/sweep.h"
 #include "worker/tcp_ring.h"
 #ifdef MUSTER_HAVE_NCCL
@@ -59,27 +60,12 @@ std::string HostName() {
   return name;
 }
 
-// One rank's part of a size: times are this rank's averages.
-struct LocalResult {
-  double time_us = 0;
-  int64_t wrong = 0;
-  double inplace_time_us = 0;
-  int64_t inplace_wrong = 0;
-};
-
-class Runner {
- public:
-  virtual ~Runner() = default;
-  virtual absl::StatusOr<LocalResult> Run(const SweepSize& size, DataType type) = 0;
-};
-
 // The TCP backend: buffers in host memory.
 class TcpRunner final : public Runner {
  public:
-  TcpRunner(TcpRing ring, const WorkerEnv& env, const Options& options, int64_t max_bytes,
-            int corrupt_rank)
+  TcpRunner(TcpRing ring, const WorkerEnv& env, const RunnerOptions& options, int64_t max_bytes)
       : ring_(std::move(ring)), env_(env), options_(options), send_(max_bytes), recv_(max_bytes),
-        corrupt_(corrupt_rank == env.rank) {}
+        corrupt_(options.corrupt_rank == env.rank) {}
 
   absl::StatusOr<LocalResult> Run(const SweepSize& size, DataType type) override {
     LocalResult result;
@@ -111,7 +97,7 @@ class TcpRunner final : public Runner {
  private:
   TcpRing ring_;
   const WorkerEnv env_;
-  const Options options_;
+  const RunnerOptions options_;
   std::vector<char> send_, recv_;
   const bool corrupt_;
 };
@@ -206,7 +192,8 @@ int Main(int argc, char** argv) {
   if (!gpu.ok()) return Fail(*env, gpu.status());
   me.set_bus_id(gpu->bus_id);
   me.set_can_nccl(gpu->present);
-  bootstrap_options.make_nccl_id = NewNcclId;
+  // A GPU is set up, and NCCL picks it, only where every rank has one.
+  bootstrap_options.make_nccl_id = [&gpu] { return NewNcclId(gpu->device); };
 #endif
   // Test hook: a fake GPU bus id, to prove the duplicate-GPU check on CPUs.
   if (std::optional<std::string> fake = GetEnv("MUSTER_ALLREDUCE_TEST_BUS_ID")) me.set_bus_id(*fake);
@@ -217,19 +204,23 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Bootstrapped> boot = Bootstrap(*env, me, bootstrap_options);
   if (!boot.ok()) return Fail(*env, boot.status());
   const Welcome& welcome = boot->welcome;
-  const int corrupt_rank = std::atoi(GetEnv("MUSTER_ALLREDUCE_TEST_CORRUPT_RANK").value_or("-1").c_str());
+  RunnerOptions runner_options;
+  runner_options.warmup = options.warmup;
+  runner_options.iterations = options.iterations;
+  // Test hook: this rank spoils its result, to prove wrong values are caught.
+  runner_options.corrupt_rank =
+      std::atoi(GetEnv("MUSTER_ALLREDUCE_TEST_CORRUPT_RANK").value_or("-1").c_str());
 
   std::unique_ptr<Runner> runner;
   if (welcome.backend() == "tcp") {
     absl::StatusOr<TcpRing> ring = ConnectRing(*env, welcome, *ring_listener, timeout);
     if (!ring.ok()) return Fail(*env, ring.status());
-    runner = std::make_unique<TcpRunner>(*std::move(ring), *env, options, sweep->back().bytes,
-                                         corrupt_rank);
+    runner = std::make_unique<TcpRunner>(*std::move(ring), *env, runner_options,
+                                         sweep->back().bytes);
   } else {
 #ifdef MUSTER_HAVE_NCCL
-    absl::StatusOr<std::unique_ptr<Runner>> nccl = NewNcclRunner(*env, welcome, options.warmup,
-                                                                 options.iterations, sweep->back().bytes,
-                                                                 corrupt_rank);
+    absl::StatusOr<std::unique_ptr<Runner>> nccl =
+        NewNcclRunner(*env, welcome, *gpu, sweep->back().bytes, runner_options, timeout);
     if (!nccl.ok()) return Fail(*env, nccl.status());
     runner = *std::move(nccl);
 #else

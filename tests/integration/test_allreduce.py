@@ -12,6 +12,7 @@ import unittest
 
 from harness import MUSTER, ROOT, TempDirTest, env, muster, torchrun, wait_for
 
+HAVE_GPU = os.path.exists("/dev/nvidia0")
 ALLREDUCE = os.environ.get("ALLREDUCE", os.path.join(ROOT, "build", "launcher", "muster-allreduce"))
 ROW = re.compile(r"^\[rank 0\]:\s+(\d+)\s+(\d+)\s+(\w+)\s+sum\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)"
                  r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)$", re.M)
@@ -133,10 +134,25 @@ class BadEnvironment(TempDirTest):
             self.assertEqual(r.returncode, 2, args)
             self.assertIn(says, r.stderr + r.stdout)
 
-    @unittest.skip("needs a GPU and the NCCL backend, which is not written yet: LOCAL_RANK is "
-                   "checked against the visible GPUs there")
+    @unittest.skipUnless(HAVE_GPU, "needs a GPU: LOCAL_RANK is checked against the visible GPUs")
     def test_local_rank_beyond_the_visible_gpus(self):
-        pass
+        r = self.run_alone(RANK="0", WORLD_SIZE="1", LOCAL_RANK="99")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("LOCAL_RANK=99 but only", r.stderr)
+
+
+@unittest.skipUnless(HAVE_GPU, "needs a GPU (no /dev/nvidia0 here): the NCCL backend")
+class OnGpus(TempDirTest):
+    def test_nccl_backend_one_rank_per_gpu_every_size_correct(self):
+        json_path = self.path("nccl.json")
+        r = muster("--standalone", "--nproc-per-node", "gpu", "muster-allreduce",
+                   "-b", "8", "-e", "64M", "--backend", "nccl", "--json", json_path)
+        self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+        report = json.load(open(json_path))
+        self.assertEqual(report["backend"], "nccl")
+        self.assertTrue(all(d != "cpu" for d in report["devices"]), report["devices"])
+        self.assertTrue(all(x["wrong"] == 0 and x["inplace"]["wrong"] == 0
+                            for x in report["results"]))
 
 
 class Failures(TempDirTest):

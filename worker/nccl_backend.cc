@@ -1,0 +1,199 @@
+#include "worker/nccl_backend.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+#include "worker/data.h"
+
+namespace muster::worker {
+namespace {
+
+absl::Status CudaStatus(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": CUDA error ", static_cast<int>(error), " (",
+                                          cudaGetErrorString(error), ")"));
+}
+
+absl::Status NcclStatus(ncclResult_t result, const char* what) {
+  if (result == ncclSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": NCCL error ", static_cast<int>(result), " (",
+                                          ncclGetErrorString(result), ")"));
+}
+
+#define MUSTER_CUDA(call) MUSTER_RETURN_IF_ERROR(CudaStatus((call), #call))
+#define MUSTER_NCCL(call) MUSTER_RETURN_IF_ERROR(NcclStatus((call), #call))
+
+ncclDataType_t NcclType(DataType type) {
+  switch (type) {
+    case DataType::kFloat: return ncclFloat32;
+    case DataType::kHalf: return ncclFloat16;
+    case DataType::kBfloat16: return ncclBfloat16;
+    case DataType::kDouble: return ncclFloat64;
+  }
+  return ncclFloat32;
+}
+
+// Owners of what CUDA and NCCL hand out.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+};
+struct Stream {
+  cudaStream_t stream = nullptr;
+  ~Stream() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+struct Event {
+  cudaEvent_t event = nullptr;
+  ~Event() {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+struct Comm {
+  ncclComm_t comm = nullptr;
+  bool aborted = false;
+  ~Comm() {
+    if (comm != nullptr && !aborted) ncclCommDestroy(comm);
+  }
+};
+
+class NcclRunner final : public Runner {
+ public:
+  NcclRunner(const WorkerEnv& env, const RunnerOptions& options, absl::Duration timeout)
+      : env_(env), options_(options), timeout_(timeout) {}
+
+  absl::Status Init(const Welcome& welcome, const GpuInfo& gpu, int64_t max_bytes) {
+    MUSTER_CUDA(cudaSetDevice(gpu.device));
+    MUSTER_CUDA(cudaStreamCreateWithFlags(&stream_.stream, cudaStreamNonBlocking));
+    MUSTER_CUDA(cudaEventCreate(&start_.event));
+    MUSTER_CUDA(cudaEventCreate(&stop_.event));
+    MUSTER_CUDA(cudaMalloc(&send_.ptr, static_cast<size_t>(max_bytes)));
+    MUSTER_CUDA(cudaMalloc(&recv_.ptr, static_cast<size_t>(max_bytes)));
+    host_.resize(static_cast<size_t>(max_bytes));
+    ncclUniqueId id;
+    if (welcome.nccl_id().size() != sizeof id.internal) {
+      return absl::InternalError("rank 0 sent an NCCL id of the wrong size");
+    }
+    std::memcpy(id.internal, welcome.nccl_id().data(), sizeof id.internal);
+    MUSTER_NCCL(ncclCommInitRank(&comm_.comm, env_.world_size, id, env_.rank));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<LocalResult> Run(const SweepSize& size, DataType type) override {
+    LocalResult result;
+    const size_t bytes = static_cast<size_t>(size.bytes);
+    for (const bool inplace : {false, true}) {
+      void* in = inplace ? recv_.ptr : send_.ptr;
+      Fill(host_.data(), size.count, type, env_.rank, env_.world_size);
+      MUSTER_CUDA(cudaMemcpy(in, host_.data(), bytes, cudaMemcpyHostToDevice));
+      auto op = [&]() {
+        return NcclStatus(ncclAllReduce(in, recv_.ptr, size.count, NcclType(type), ncclSum,
+                                        comm_.comm, stream_.stream),
+                          "ncclAllReduce");
+      };
+      for (int i = 0; i < options_.warmup; ++i) MUSTER_RETURN_IF_ERROR(op());
+      MUSTER_CUDA(cudaEventRecord(start_.event, stream_.stream));
+      for (int i = 0; i < options_.iterations; ++i) MUSTER_RETURN_IF_ERROR(op());
+      MUSTER_CUDA(cudaEventRecord(stop_.event, stream_.stream));
+      MUSTER_RETURN_IF_ERROR(Wait());
+      float ms = 0;
+      MUSTER_CUDA(cudaEventElapsedTime(&ms, start_.event, stop_.event));
+      // The check: fresh values, one more all-reduce, the result to the host.
+      Fill(host_.data(), size.count, type, env_.rank, env_.world_size);
+      MUSTER_CUDA(cudaMemcpy(in, host_.data(), bytes, cudaMemcpyHostToDevice));
+      MUSTER_RETURN_IF_ERROR(op());
+      MUSTER_RETURN_IF_ERROR(Wait());
+      MUSTER_CUDA(cudaMemcpy(host_.data(), recv_.ptr, bytes, cudaMemcpyDeviceToHost));
+      if (options_.corrupt_rank == env_.rank) {
+        Fill(host_.data(), 1, type, env_.rank + 1, env_.world_size);  // the test hook
+      }
+      const int64_t wrong = CountWrong(host_.data(), size.count, type, env_.world_size);
+      (inplace ? result.inplace_time_us : result.time_us) =
+          1000.0 * ms / std::max(1, options_.iterations);
+      (inplace ? result.inplace_wrong : result.wrong) = wrong;
+    }
+    return result;
+  }
+
+ private:
+  // The stream's work, or an error: a peer that died shows as an NCCL
+  // asynchronous error, or as no progress until the timeout.
+  absl::Status Wait() {
+    const absl::Time deadline = absl::Now() + timeout_;
+    while (true) {
+      const cudaError_t state = cudaStreamQuery(stream_.stream);
+      if (state == cudaSuccess) return absl::OkStatus();
+      if (state != cudaErrorNotReady) return CudaStatus(state, "the all-reduce");
+      ncclResult_t async = ncclSuccess;
+      MUSTER_NCCL(ncclCommGetAsyncError(comm_.comm, &async));
+      if (async != ncclSuccess || absl::Now() > deadline) {
+        ncclCommAbort(comm_.comm);
+        comm_.aborted = true;
+        if (async != ncclSuccess) return NcclStatus(async, "the all-reduce (a peer failed?)");
+        return absl::DeadlineExceededError(absl::StrCat(
+            "the all-reduce did not finish within ", absl::FormatDuration(timeout_),
+            "; a rank may have died or hung"));
+      }
+      absl::SleepFor(absl::Microseconds(50));
+    }
+  }
+
+  const WorkerEnv env_;
+  const RunnerOptions options_;
+  const absl::Duration timeout_;
+  Comm comm_;  // first: destroyed last, after the stream and buffers it used
+  Stream stream_;
+  Event start_, stop_;
+  DeviceBuffer send_, recv_;
+  std::vector<char> host_;
+};
+
+}  // namespace
+
+absl::StatusOr<GpuInfo> ProbeGpu(int local_rank) {
+  GpuInfo info;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return info;  // no GPU here
+  if (local_rank >= count) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LOCAL_RANK=", local_rank, " but only ", count, " GPU(s) are visible",
+        visible != nullptr ? absl::StrCat(" (CUDA_VISIBLE_DEVICES=", visible, ")") : "",
+        "; start at most ", count, " workers on this node (--nproc-per-node gpu)"));
+  }
+  char bus_id[64] = "";
+  MUSTER_CUDA(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, local_rank));
+  info.present = true;
+  info.device = local_rank;
+  info.bus_id = bus_id;
+  return info;
+}
+
+absl::StatusOr<std::string> NewNcclId(int device) {
+  MUSTER_CUDA(cudaSetDevice(device));
+  ncclUniqueId id;
+  MUSTER_NCCL(ncclGetUniqueId(&id));
+  return std::string(id.internal, sizeof id.internal);
+}
+
+absl::StatusOr<std::unique_ptr<Runner>> NewNcclRunner(const WorkerEnv& env, const Welcome& welcome,
+                                                      const GpuInfo& gpu, int64_t max_bytes,
+                                                      const RunnerOptions& options,
+                                                      absl::Duration timeout) {
+  auto runner = std::make_unique<NcclRunner>(env, options, timeout);
+  MUSTER_RETURN_IF_ERROR(runner->Init(welcome, gpu, max_bytes));
+  return runner;
+}
+
+}  // namespace muster::worker

@@ -1,0 +1,41 @@
+// The NCCL backend: one GPU per rank (LOCAL_RANK within the visible ones),
+// buffers, a stream and a communicator, all released by their owners.
+// Compiled where the CUDA toolkit and NCCL are; runs where there is a GPU.
+#ifndef MUSTER_WORKER_NCCL_BACKEND_H_
+#define MUSTER_WORKER_NCCL_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/env.h"
+#include "worker/runner.h"
+#include "worker/worker.pb.h"
+
+namespace muster::worker {
+
+struct GpuInfo {
+  bool present = false;  // no GPU, or no driver: the TCP backend it is
+  int device = -1;
+  std::string bus_id;
+};
+
+// The GPU of LOCAL_RANK. kInvalidArgument when LOCAL_RANK is beyond the
+// visible GPUs.
+absl::StatusOr<GpuInfo> ProbeGpu(int local_rank);
+
+// A fresh ncclUniqueId, as bytes (rank 0, on its GPU `device`).
+absl::StatusOr<std::string> NewNcclId(int device);
+
+// Joins the communicator rank 0 made (`welcome.nccl_id()`) on `gpu`, with
+// buffers for `max_bytes`. A collective that does not finish within
+// `timeout` aborts the communicator and fails.
+absl::StatusOr<std::unique_ptr<Runner>> NewNcclRunner(const WorkerEnv& env, const Welcome& welcome,
+                                                      const GpuInfo& gpu, int64_t max_bytes,
+                                                      const RunnerOptions& options,
+                                                      absl::Duration timeout);
+
+}  // namespace muster::worker
+
+#endif  // MUSTER_WORKER_NCCL_BACKEND_H_

@@ -1,0 +1,35 @@
+// A backend's side of one size: runs the all-reduce out of place and in
+// place, times both, and checks both results.
+#ifndef MUSTER_WORKER_RUNNER_H_
+#define MUSTER_WORKER_RUNNER_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "worker/sweep.h"
+
+namespace muster::worker {
+
+// One rank's part of a size: times are this rank's averages per iteration.
+struct LocalResult {
+  double time_us = 0;
+  int64_t wrong = 0;
+  double inplace_time_us = 0;
+  int64_t inplace_wrong = 0;
+};
+
+struct RunnerOptions {
+  int warmup = 5;
+  int iterations = 20;
+  int corrupt_rank = -1;  // test hook: this rank spoils its result
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual absl::StatusOr<LocalResult> Run(const SweepSize& size, DataType type) = 0;
+};
+
+}  // namespace muster::worker
+
+#endif  // MUSTER_WORKER_RUNNER_H_
