@@ -1,5 +1,7 @@
 #include "worker/bootstrap.h"
 
+#include <unistd.h>
+
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -76,9 +78,10 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
   if (absl::Status distinct = CheckDistinctDevices(identities); !distinct.ok()) {
     return FailAll(out.ranks, distinct);
   }
-  std::vector<int> without_nccl;
+  std::vector<int> without_nccl, elsewhere;
   for (const Hello& h : hellos) {
     if (!h.can_nccl()) without_nccl.push_back(h.rank());
+    if (h.machine().empty() || h.machine() != me.machine()) elsewhere.push_back(h.rank());
   }
   Welcome& welcome = out.welcome;
   if (options.backend == "nccl" && !without_nccl.empty()) {
@@ -86,11 +89,30 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
         "--backend nccl, but rank(s) ", absl::StrJoin(without_nccl, ", "),
         " have no GPU or no NCCL; use --backend tcp or auto")));
   }
-  welcome.set_backend(options.backend == "tcp" || !without_nccl.empty() ? "tcp" : "nccl");
+  if (options.backend == "shm" && !elsewhere.empty()) {
+    return FailAll(out.ranks, absl::InvalidArgumentError(absl::StrCat(
+        "--backend shm, but rank(s) ", absl::StrJoin(elsewhere, ", "),
+        " run on another machine than rank 0; use --backend tcp or auto")));
+  }
+  // auto: NCCL where every rank has a GPU, else shared memory on one
+  // machine, else TCP.
+  if (options.backend != "auto") {
+    welcome.set_backend(options.backend);
+  } else if (without_nccl.empty()) {
+    welcome.set_backend("nccl");
+  } else {
+    welcome.set_backend(elsewhere.empty() && env.world_size > 1 ? "shm" : "tcp");
+  }
   if (welcome.backend() == "nccl") {
     absl::StatusOr<std::string> id = options.make_nccl_id();
     if (!id.ok()) return FailAll(out.ranks, id.status());
     welcome.set_nccl_id(*id);
+  }
+  if (welcome.backend() == "shm") {
+    welcome.set_shm_name(absl::StrCat("/muster-allreduce-", getpid(), "-", env.master_port));
+    if (absl::Status created = options.create_shm(welcome.shm_name()); !created.ok()) {
+      return FailAll(out.ranks, created);
+    }
   }
   for (int r = 0; r < env.world_size; ++r) {
     Peer* peer = welcome.add_peers();

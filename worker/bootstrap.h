@@ -20,10 +20,13 @@
 namespace muster::worker {
 
 struct BootstrapOptions {
-  std::string backend = "auto";  // "auto", "tcp" or "nccl"
+  std::string backend = "auto";  // "auto", "nccl", "shm" or "tcp"
   absl::Duration timeout = absl::Seconds(60);
   // Rank 0, when the backend is NCCL: a fresh ncclUniqueId.
   std::function<absl::StatusOr<std::string>()> make_nccl_id;
+  // Rank 0, when the backend is shared memory: creates the segment `name`
+  // before the others are told to open it.
+  std::function<absl::Status(const std::string& name)> create_shm;
 };
 
 struct Bootstrapped {

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "worker/net.h"
 #include "worker/report.h"
 #include "worker/runner.h"
+#include "worker/shm_ring.h"
 #include "worker/sweep.h"
 #include "worker/tcp_ring.h"
 #ifdef MUSTER_HAVE_NCCL
@@ -54,18 +57,28 @@ std::optional<std::string> GetEnv(const char* name) {
   return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
 }
 
+// This boot of this machine: ranks with the same one can share memory.
+std::string MachineId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
 std::string HostName() {
   char name[256] = "";
   gethostname(name, sizeof name - 1);
   return name;
 }
 
-// The TCP backend: buffers in host memory.
-class TcpRunner final : public Runner {
+// The CPU backends (TCP ring, shared memory): buffers in host memory.
+class HostRunner final : public Runner {
  public:
-  TcpRunner(TcpRing ring, const WorkerEnv& env, const RunnerOptions& options, int64_t max_bytes)
-      : ring_(std::move(ring)), env_(env), options_(options), send_(max_bytes), recv_(max_bytes),
-        corrupt_(options.corrupt_rank == env.rank) {}
+  using AllReduceFn = std::function<absl::Status(void* data, int64_t count, DataType type)>;
+  HostRunner(AllReduceFn all_reduce, const WorkerEnv& env, const RunnerOptions& options,
+             int64_t max_bytes)
+      : all_reduce_(std::move(all_reduce)), env_(env), options_(options), send_(max_bytes),
+        recv_(max_bytes), corrupt_(options.corrupt_rank == env.rank) {}
 
   absl::StatusOr<LocalResult> Run(const SweepSize& size, DataType type) override {
     LocalResult result;
@@ -76,7 +89,7 @@ class TcpRunner final : public Runner {
       // Out-of-place: copy the input into the output buffer, then sum there.
       auto op = [&]() -> absl::Status {
         if (!inplace) std::memcpy(recv_.data(), send_.data(), bytes);
-        return ring_.AllReduce(recv_.data(), size.count, type);
+        return all_reduce_(recv_.data(), size.count, type);
       };
       for (int i = 0; i < options_.warmup; ++i) MUSTER_RETURN_IF_ERROR(op());
       const Clock::time_point start = Clock::now();
@@ -95,7 +108,7 @@ class TcpRunner final : public Runner {
   }
 
  private:
-  TcpRing ring_;
+  AllReduceFn all_reduce_;
   const WorkerEnv env_;
   const RunnerOptions options_;
   std::vector<char> send_, recv_;
@@ -153,8 +166,10 @@ int Main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1'000'000));
   app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations first")
       ->capture_default_str()->check(CLI::Range(0, 1'000'000));
-  app.add_option("--backend", options.backend, "nccl, tcp, or auto: NCCL where every rank has a GPU")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "tcp", "nccl"}));
+  app.add_option("--backend", options.backend,
+                 "nccl, shm (shared memory, one machine), tcp, or auto: NCCL where every rank "
+                 "has a GPU, else shared memory where all run on one machine, else TCP")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "nccl", "shm", "tcp"}));
   app.add_option("--timeout", options.timeout_s, "seconds to wait for a rank before failing")
       ->capture_default_str()->check(CLI::Range(1, 86'400));
   app.add_option("--json", options.json, "write the results to FILE as JSON (rank 0)");
@@ -184,6 +199,7 @@ int Main(int argc, char** argv) {
   me.set_rank(env->rank);
   me.set_world_size(env->world_size);
   me.set_host(HostName());
+  me.set_machine(MachineId());
   BootstrapOptions bootstrap_options;
   bootstrap_options.backend = options.backend;
   bootstrap_options.timeout = timeout;
@@ -197,6 +213,15 @@ int Main(int argc, char** argv) {
 #endif
   // Test hook: a fake GPU bus id, to prove the duplicate-GPU check on CPUs.
   if (std::optional<std::string> fake = GetEnv("MUSTER_ALLREDUCE_TEST_BUS_ID")) me.set_bus_id(*fake);
+  std::optional<SharedMemoryAllReduce> shm;
+  const int64_t buffer_bytes = sweep->back().bytes;
+  bootstrap_options.create_shm = [&](const std::string& name) -> absl::Status {
+    absl::StatusOr<SharedMemoryAllReduce> created =
+        SharedMemoryAllReduce::Create(name, env->world_size, buffer_bytes);
+    if (!created.ok()) return created.status();
+    shm.emplace(*std::move(created));
+    return absl::OkStatus();
+  };
   absl::StatusOr<Listener> ring_listener = Listen(0);
   if (!ring_listener.ok()) return Fail(*env, ring_listener.status());
   me.set_ring_port(ring_listener->port);
@@ -215,12 +240,31 @@ int Main(int argc, char** argv) {
   if (welcome.backend() == "tcp") {
     absl::StatusOr<TcpRing> ring = ConnectRing(*env, welcome, *ring_listener, timeout);
     if (!ring.ok()) return Fail(*env, ring.status());
-    runner = std::make_unique<TcpRunner>(*std::move(ring), *env, runner_options,
-                                         sweep->back().bytes);
+    auto shared = std::make_shared<TcpRing>(*std::move(ring));
+    runner = std::make_unique<HostRunner>(
+        [shared](void* data, int64_t count, DataType type) {
+          return shared->AllReduce(data, count, type);
+        },
+        *env, runner_options, buffer_bytes);
+  } else if (welcome.backend() == "shm") {
+    if (env->rank != 0) {
+      absl::StatusOr<SharedMemoryAllReduce> opened =
+          SharedMemoryAllReduce::Open(welcome.shm_name(), env->rank, env->world_size,
+                                      buffer_bytes);
+      if (!opened.ok()) return Fail(*env, opened.status());
+      shm.emplace(*std::move(opened));
+    }
+    shm->rank_name = [&welcome](int r) { return RankName(welcome, r); };
+    if (absl::Status attached = shm->Attached(timeout); !attached.ok()) return Fail(*env, attached);
+    runner = std::make_unique<HostRunner>(
+        [&shm, timeout](void* data, int64_t count, DataType type) {
+          return shm->AllReduce(data, count, type, timeout);
+        },
+        *env, runner_options, buffer_bytes);
   } else {
 #ifdef MUSTER_HAVE_NCCL
     absl::StatusOr<std::unique_ptr<Runner>> nccl =
-        NewNcclRunner(*env, welcome, *gpu, sweep->back().bytes, runner_options, timeout);
+        NewNcclRunner(*env, welcome, *gpu, buffer_bytes, runner_options, timeout);
     if (!nccl.ok()) return Fail(*env, nccl.status());
     runner = *std::move(nccl);
 #else

@@ -57,11 +57,17 @@ def finish(procs, timeout):
 
 
 class UnderMuster(TempDirTest):
+    def test_four_ranks_shared_memory_every_size_correct_and_the_table_printed(self):
+        self.four_ranks("shm", [])  # auto picks it: every rank on this machine
+
     def test_four_ranks_tcp_every_size_correct_and_the_table_printed(self):
+        self.four_ranks("tcp", ["--backend", "tcp"])
+
+    def four_ranks(self, backend, args):
         # 12 bytes: 3 floats over 4 ranks; 4 bytes: a count of 1; up to 1 MiB.
         json_path = self.path("result.json")
         r = muster("--standalone", "--nproc-per-node", "4", "--no-python", "muster-allreduce",
-                   "-b", "4", "-e", "1M", "-f", "3", "--json", json_path)
+                   "-b", "4", "-e", "1M", "-f", "3", "--json", json_path, *args)
         self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
         table = rows(r.stdout)
         sizes = [t[0] for t in table]
@@ -69,12 +75,12 @@ class UnderMuster(TempDirTest):
         self.assertEqual([t[1] for t in table], [s // 4 for s in sizes])
         self.assertEqual({t[2] for t in table}, {"float"})
         self.assertEqual([(t[3], t[4]) for t in table], [(0, 0)] * len(table))
-        self.assertIn("backend tcp", r.stdout)
+        self.assertIn(f"backend {backend}", r.stdout)
         self.assertIn("# Wrong values         : 0 OK", r.stdout)
         self.assertRegex(r.stdout, r"# Avg bus bandwidth    : [\d.]+ GB/s")
 
         report = json.load(open(json_path))
-        self.assertEqual(report["backend"], "tcp")
+        self.assertEqual(report["backend"], backend)
         self.assertEqual(report["world_size"], 4)
         self.assertEqual(len(report["hosts"]), 4)
         self.assertEqual([x["bytes"] for x in report["results"]], sizes)
@@ -86,9 +92,9 @@ class UnderMuster(TempDirTest):
             self.assertLess(abs(x["busbw_gbps"] - x["algbw_gbps"] * 1.5), 1e-5 * x["busbw_gbps"])
 
     def test_every_data_type_sums_right(self):
-        for dtype in ("half", "bfloat16", "double"):
-            r = muster("--standalone", "--nproc-per-node", "3", "muster-allreduce",
-                       "-b", "2", "-e", "100K", "-f", "7", "-d", dtype, "-n", "2", "-w", "1")
+        for dtype, backend in [(d, b) for d in ("half", "bfloat16", "double") for b in ("shm", "tcp")]:
+            r = muster("--standalone", "--nproc-per-node", "3", "muster-allreduce", "--backend",
+                       backend, "-b", "2", "-e", "100K", "-f", "7", "-d", dtype, "-n", "2", "-w", "1")
             self.assertEqual(r.returncode, 0, dtype + r.stderr + r.stdout)
             table = rows(r.stdout)
             self.assertTrue(table, r.stdout)
@@ -157,8 +163,13 @@ class OnGpus(TempDirTest):
 
 class Failures(TempDirTest):
     def test_a_rank_killed_mid_run_fails_the_others_within_the_timeout(self):
+        for backend in ("shm", "tcp"):
+            with self.subTest(backend=backend):
+                self.kill_one_rank(backend)
+
+    def kill_one_rank(self, backend):
         procs = start_ranks(3, range(3), "-b", "16M", "-e", "16M", "-n", "100000", "-w", "0",
-                            "--timeout", "5")
+                            "--timeout", "5", "--backend", backend)
         # Killed once every rank is in the ring (rank 0 printed its header).
         time.sleep(1.5)
         self.assertIsNone(procs[2].poll(), "rank 2 ended early")
