@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "worker/devices.h"
@@ -16,6 +19,7 @@ namespace {
 absl::Status FailAll(std::vector<UniqueFd>& ranks, const absl::Status& status) {
   Welcome failed;
   failed.set_error(std::string(status.message()));
+  failed.set_error_code(static_cast<int>(status.code()));
   for (UniqueFd& fd : ranks) {
     if (fd.valid()) SendMessage(fd.get(), failed, absl::Now() + absl::Seconds(2)).IgnoreError();
   }
@@ -53,8 +57,11 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
             absl::FormatDuration(options.timeout), " (", arrived, " of ", env.world_size,
             " ranks arrived); is every rank started with the same MASTER_ADDR and MASTER_PORT?")));
       }
+      // A connection that says nothing in a few seconds is not one of ours.
       Hello hello;
-      if (!RecvMessage(fd->get(), &hello, deadline).ok()) continue;  // not one of ours
+      if (!RecvMessage(fd->get(), &hello, std::min(deadline, absl::Now() + absl::Seconds(5))).ok()) {
+        continue;
+      }
       if (hello.world_size() != env.world_size || hello.rank() <= 0 ||
           hello.rank() >= env.world_size || out.ranks[hello.rank()].valid()) {
         Welcome refused;
@@ -63,8 +70,19 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
             " with WORLD_SIZE ", hello.world_size(),
             hello.rank() > 0 && hello.rank() < env.world_size ? " (it has that rank already)" : "",
             "; every rank needs the same WORLD_SIZE and its own RANK"));
+        refused.set_error_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
         SendMessage(fd->get(), refused, deadline).IgnoreError();
         return FailAll(out.ranks, absl::InvalidArgumentError(refused.error()));
+      }
+      if (hello.sweep() != me.sweep()) {
+        const std::string why = absl::StrCat(
+            "rank ", hello.rank(), " (", hello.host(), ") runs '", hello.sweep(), "' but rank 0 runs '",
+            me.sweep(), "'; give every rank the same options");
+        Welcome refused;
+        refused.set_error(why);
+        refused.set_error_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+        SendMessage(fd->get(), refused, deadline).IgnoreError();
+        return FailAll(out.ranks, absl::InvalidArgumentError(why));
       }
       addrs[hello.rank()] = PeerAddress(fd->get());
       hellos[hello.rank()] = hello;
@@ -109,9 +127,15 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
     welcome.set_nccl_id(*id);
   }
   if (welcome.backend() == "shm") {
-    welcome.set_shm_name(absl::StrCat("/muster-allreduce-", getpid(), "-", env.master_port));
+    welcome.set_shm_name(absl::StrCat("/muster-allreduce-", getpid(), "-", env.master_port, "-",
+                                      absl::Hex(absl::ToUnixNanos(absl::Now()))));
     if (absl::Status created = options.create_shm(welcome.shm_name()); !created.ok()) {
-      return FailAll(out.ranks, created);
+      if (options.backend == "shm") return FailAll(out.ranks, created);
+      // auto: a small /dev/shm (containers) is no reason to fail.
+      std::fprintf(stderr, "muster-allreduce: %s; using the TCP backend instead\n",
+                   std::string(created.message()).c_str());
+      welcome.set_backend("tcp");
+      welcome.clear_shm_name();
     }
   }
   for (int r = 0; r < env.world_size; ++r) {
@@ -161,7 +185,9 @@ absl::StatusOr<Bootstrapped> Bootstrap(const WorkerEnv& env, const Hello& me,
                                                got.message()));
   }
   if (!out.welcome.error().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("rank 0 stopped the job: ", out.welcome.error()));
+    const auto code = static_cast<absl::StatusCode>(out.welcome.error_code());
+    return absl::Status(code == absl::StatusCode::kOk ? absl::StatusCode::kUnknown : code,
+                        absl::StrCat("rank 0 stopped the job: ", out.welcome.error()));
   }
   out.root = *std::move(root);
   return out;

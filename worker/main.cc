@@ -200,11 +200,17 @@ int Main(int argc, char** argv) {
   me.set_world_size(env->world_size);
   me.set_host(HostName());
   me.set_machine(MachineId());
+  // Every rank must run the same sweep; rank 0 compares.
+  me.set_sweep(absl::StrCat("-b ", options.min_bytes, " -e ", options.max_bytes, " -f ",
+                            options.factor, " -d ", options.dtype, " -n ", options.iterations,
+                            " -w ", options.warmup));
   BootstrapOptions bootstrap_options;
   bootstrap_options.backend = options.backend;
   bootstrap_options.timeout = timeout;
 #ifdef MUSTER_HAVE_NCCL
-  absl::StatusOr<GpuInfo> gpu = ProbeGpu(env->local_rank);
+  // The CPU backends leave the GPUs alone.
+  const bool cpu_only = options.backend == "tcp" || options.backend == "shm";
+  absl::StatusOr<GpuInfo> gpu = cpu_only ? GpuInfo{} : ProbeGpu(env->local_rank);
   if (!gpu.ok()) return Fail(*env, gpu.status());
   me.set_bus_id(gpu->bus_id);
   me.set_can_nccl(gpu->present);
@@ -361,4 +367,11 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace muster::worker
 
-int main(int argc, char** argv) { return muster::worker::Main(argc, argv); }
+int main(int argc, char** argv) {
+  try {
+    return muster::worker::Main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "muster-allreduce: error: out of memory for the buffers; lower -e\n");
+    return 2;
+  }
+}

@@ -62,11 +62,16 @@ struct Event {
 };
 struct Comm {
   ncclComm_t comm = nullptr;
-  bool aborted = false;
+  // Abort, not destroy: ncclCommDestroy waits for the other ranks, which
+  // may be dead when this rank leaves on an error.
   ~Comm() {
-    if (comm != nullptr && !aborted) ncclCommDestroy(comm);
+    if (comm != nullptr) ncclCommAbort(comm);
   }
 };
+
+// Collectives run between waits on the stream: a dead peer is found within
+// the timeout of the group it stalls, and a long run is not one long wait.
+constexpr int kOpsPerWait = 16;
 
 class NcclRunner final : public Runner {
  public:
@@ -86,8 +91,13 @@ class NcclRunner final : public Runner {
       return absl::InternalError("rank 0 sent an NCCL id of the wrong size");
     }
     std::memcpy(id.internal, welcome.nccl_id().data(), sizeof id.internal);
-    MUSTER_NCCL(ncclCommInitRank(&comm_.comm, env_.world_size, id, env_.rank));
-    return absl::OkStatus();
+    // Non-blocking: the init waits for every rank, and one may never come.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t init =
+        ncclCommInitRankConfig(&comm_.comm, env_.world_size, id, env_.rank, &config);
+    if (init != ncclSuccess && init != ncclInProgress) return NcclStatus(init, "ncclCommInitRank");
+    return Settle("joining the NCCL communicator");
   }
 
   absl::StatusOr<LocalResult> Run(const SweepSize& size, DataType type) override {
@@ -95,26 +105,37 @@ class NcclRunner final : public Runner {
     const size_t bytes = static_cast<size_t>(size.bytes);
     for (const bool inplace : {false, true}) {
       void* in = inplace ? recv_.ptr : send_.ptr;
-      Fill(host_.data(), size.count, type, env_.rank, env_.world_size);
-      MUSTER_CUDA(cudaMemcpy(in, host_.data(), bytes, cudaMemcpyHostToDevice));
-      auto op = [&]() {
-        return NcclStatus(ncclAllReduce(in, recv_.ptr, size.count, NcclType(type), ncclSum,
-                                        comm_.comm, stream_.stream),
-                          "ncclAllReduce");
+      // Copies go on the collective's stream, so that they are ordered with it.
+      auto load = [&]() -> absl::Status {
+        Fill(host_.data(), size.count, type, env_.rank, env_.world_size);
+        MUSTER_CUDA(cudaMemcpyAsync(in, host_.data(), bytes, cudaMemcpyHostToDevice, stream_.stream));
+        return Wait();
       };
-      for (int i = 0; i < options_.warmup; ++i) MUSTER_RETURN_IF_ERROR(op());
+      auto ops = [&](int count) -> absl::Status {
+        for (int i = 0; i < count; ++i) {
+          const ncclResult_t r = ncclAllReduce(in, recv_.ptr, size.count, NcclType(type), ncclSum,
+                                               comm_.comm, stream_.stream);
+          if (r != ncclSuccess && r != ncclInProgress) return NcclStatus(r, "ncclAllReduce");
+          MUSTER_RETURN_IF_ERROR(Settle("queueing an all-reduce"));
+          if ((i + 1) % kOpsPerWait == 0) MUSTER_RETURN_IF_ERROR(Wait());
+        }
+        return Wait();
+      };
+      MUSTER_RETURN_IF_ERROR(load());
+      MUSTER_RETURN_IF_ERROR(ops(options_.warmup));
+      // Timed in groups with a wait between them; the waits are in the time.
       MUSTER_CUDA(cudaEventRecord(start_.event, stream_.stream));
-      for (int i = 0; i < options_.iterations; ++i) MUSTER_RETURN_IF_ERROR(op());
+      MUSTER_RETURN_IF_ERROR(ops(options_.iterations));
       MUSTER_CUDA(cudaEventRecord(stop_.event, stream_.stream));
       MUSTER_RETURN_IF_ERROR(Wait());
       float ms = 0;
       MUSTER_CUDA(cudaEventElapsedTime(&ms, start_.event, stop_.event));
       // The check: fresh values, one more all-reduce, the result to the host.
-      Fill(host_.data(), size.count, type, env_.rank, env_.world_size);
-      MUSTER_CUDA(cudaMemcpy(in, host_.data(), bytes, cudaMemcpyHostToDevice));
-      MUSTER_RETURN_IF_ERROR(op());
+      MUSTER_RETURN_IF_ERROR(load());
+      MUSTER_RETURN_IF_ERROR(ops(1));
+      MUSTER_CUDA(cudaMemcpyAsync(host_.data(), recv_.ptr, bytes, cudaMemcpyDeviceToHost,
+                                  stream_.stream));
       MUSTER_RETURN_IF_ERROR(Wait());
-      MUSTER_CUDA(cudaMemcpy(host_.data(), recv_.ptr, bytes, cudaMemcpyDeviceToHost));
       if (options_.corrupt_rank == env_.rank) {
         Fill(host_.data(), 1, type, env_.rank + 1, env_.world_size);  // the test hook
       }
@@ -127,6 +148,23 @@ class NcclRunner final : public Runner {
   }
 
  private:
+  // Until the non-blocking communicator is done with the last call.
+  absl::Status Settle(const char* what) {
+    const absl::Time deadline = absl::Now() + timeout_;
+    while (true) {
+      ncclResult_t state = ncclSuccess;
+      MUSTER_NCCL(ncclCommGetAsyncError(comm_.comm, &state));
+      if (state == ncclSuccess) return absl::OkStatus();
+      if (state != ncclInProgress) return NcclStatus(state, what);
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, " did not finish within ", absl::FormatDuration(timeout_),
+            "; a rank may have died or hung"));
+      }
+      absl::SleepFor(absl::Microseconds(50));
+    }
+  }
+
   // The stream's work, or an error: a peer that died shows as an NCCL
   // asynchronous error, or as no progress until the timeout.
   absl::Status Wait() {
@@ -137,10 +175,10 @@ class NcclRunner final : public Runner {
       if (state != cudaErrorNotReady) return CudaStatus(state, "the all-reduce");
       ncclResult_t async = ncclSuccess;
       MUSTER_NCCL(ncclCommGetAsyncError(comm_.comm, &async));
-      if (async != ncclSuccess || absl::Now() > deadline) {
-        ncclCommAbort(comm_.comm);
-        comm_.aborted = true;
-        if (async != ncclSuccess) return NcclStatus(async, "the all-reduce (a peer failed?)");
+      if (async != ncclSuccess && async != ncclInProgress) {
+        return NcclStatus(async, "the all-reduce (a peer failed?)");
+      }
+      if (absl::Now() > deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "the all-reduce did not finish within ", absl::FormatDuration(timeout_),
             "; a rank may have died or hung"));
@@ -165,6 +203,7 @@ absl::StatusOr<GpuInfo> ProbeGpu(int local_rank) {
   GpuInfo info;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return info;  // no GPU here
+  if (count == 1) local_rank = 0;  // this rank's own GPU, chosen by CUDA_VISIBLE_DEVICES
   if (local_rank >= count) {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     return absl::InvalidArgumentError(absl::StrCat(

@@ -21,8 +21,10 @@ struct GpuInfo {
   std::string bus_id;
 };
 
-// The GPU of LOCAL_RANK. kInvalidArgument when LOCAL_RANK is beyond the
-// visible GPUs.
+// The GPU of LOCAL_RANK: device LOCAL_RANK among the visible ones, or the
+// only one when a single GPU is visible (a launcher that gives each rank its
+// own CUDA_VISIBLE_DEVICES). kInvalidArgument when LOCAL_RANK is beyond
+// several visible GPUs: ranks would share GPUs.
 absl::StatusOr<GpuInfo> ProbeGpu(int local_rank);
 
 // A fresh ncclUniqueId, as bytes (rank 0, on its GPU `device`).

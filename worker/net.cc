@@ -79,13 +79,26 @@ absl::StatusOr<UniqueFd> Connect(const std::string& host, int port, absl::Time d
   absl::Duration pause = absl::Milliseconds(20);
   while (true) {
     for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-      UniqueFd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+      // Non-blocking, so that a host that drops the SYN costs the deadline, not minutes.
+      UniqueFd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
       if (!fd.valid()) continue;
-      if (connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
+      int error = connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+      if (error == EINPROGRESS) {
+        pollfd p{fd.get(), POLLOUT, 0};
+        const int n = poll(&p, 1, std::min(MillisLeft(deadline), 5'000));
+        socklen_t length = sizeof error;
+        if (n <= 0) {
+          error = ETIMEDOUT;
+        } else if (getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) {
+          error = errno;
+        }
+      }
+      if (error == 0) {
+        fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
         freeaddrinfo(found);
         return fd;
       }
-      last_error = std::strerror(errno);
+      last_error = std::strerror(error);
     }
     if (absl::Now() + pause > deadline) break;
     absl::SleepFor(pause);  // the listener may not be up yet

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -73,9 +74,11 @@ SharedMemoryAllReduce::SharedMemoryAllReduce(std::string name, int rank, int ran
 SharedMemoryAllReduce::SharedMemoryAllReduce(SharedMemoryAllReduce&& other) noexcept
     : rank_name(std::move(other.rank_name)), name_(std::move(other.name_)), rank_(other.rank_),
       ranks_(other.ranks_), max_bytes_(other.max_bytes_), base_(std::exchange(other.base_, nullptr)),
-      length_(other.length_), barriers_(other.barriers_) {}
+      length_(other.length_), barriers_(other.barriers_),
+      linked_(std::exchange(other.linked_, false)) {}
 
 SharedMemoryAllReduce::~SharedMemoryAllReduce() {
+  if (linked_) shm_unlink(name_.c_str());
   if (base_ != nullptr) munmap(base_, length_);
 }
 
@@ -106,6 +109,7 @@ absl::StatusOr<SharedMemoryAllReduce> SharedMemoryAllReduce::Create(const std::s
   }
   new (mapped->first) Header();
   SharedMemoryAllReduce shm(name, 0, ranks, max_bytes, mapped->first, length);
+  shm.linked_ = true;
   return shm;
 }
 
@@ -116,6 +120,13 @@ absl::StatusOr<SharedMemoryAllReduce> SharedMemoryAllReduce::Open(const std::str
     return ErrnoToStatus(errno, absl::StrCat("shm_open ", name,
                                              " (rank 0's segment; is rank 0 on this machine?)"));
   }
+  // Rank 0 sized it from its own options (the bootstrap checked they match).
+  struct stat info {};
+  if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != SegmentBytes(ranks, max_bytes)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("rank 0's segment ", name,
+                                                   " is not sized for this rank's options"));
+  }
   absl::StatusOr<std::pair<void*, size_t>> mapped = Map(fd, SegmentBytes(ranks, max_bytes));
   close(fd);
   if (!mapped.ok()) return mapped.status();
@@ -125,7 +136,8 @@ absl::StatusOr<SharedMemoryAllReduce> SharedMemoryAllReduce::Open(const std::str
 absl::Status SharedMemoryAllReduce::Attached(absl::Duration timeout) {
   static_cast<Header*>(base_)->attached.fetch_add(1);
   MUSTER_RETURN_IF_ERROR(Barrier(timeout));
-  if (rank_ == 0) shm_unlink(name_.c_str());  // every rank has it mapped
+  if (linked_) shm_unlink(name_.c_str());  // every rank has it mapped
+  linked_ = false;
   return absl::OkStatus();
 }
 

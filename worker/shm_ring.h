@@ -21,8 +21,9 @@ class SharedMemoryAllReduce {
  public:
   // Rank 0 creates the segment `name` (for `ranks` buffers of `max_bytes`);
   // the others open it after it exists. Every rank calls Attached() once all
-  // have opened it, which unlinks the name: nothing is left behind however
-  // the ranks end.
+  // have opened it, and rank 0 then unlinks the name (or at its end, when
+  // the others never attached). Only rank 0 killed in between leaves the
+  // segment in /dev/shm.
   static absl::StatusOr<SharedMemoryAllReduce> Create(const std::string& name, int ranks,
                                                       int64_t max_bytes);
   static absl::StatusOr<SharedMemoryAllReduce> Open(const std::string& name, int rank, int ranks,
@@ -57,6 +58,7 @@ class SharedMemoryAllReduce {
   void* base_ = nullptr;
   size_t length_ = 0;
   uint64_t barriers_ = 0;  // how many this rank has passed
+  bool linked_ = false;    // rank 0: the name still exists
 };
 
 }  // namespace muster::worker

@@ -29,15 +29,18 @@ def rows(output):
     return [(int(m[1]), int(m[2]), m[3], int(m[7]), int(m[11])) for m in ROW.finditer(output)]
 
 
-def start_ranks(world, ranks, *args, **extra):
-    """Ranks started by hand, as a launcher would, with their own pipes."""
+def start_ranks(world, ranks, *args, rank0_out=None, args_of=None, **extra):
+    """Ranks started by hand, as a launcher would, with their own pipes (rank 0's
+    stdout to the file rank0_out, when given). args_of(rank) overrides args."""
     port = free_port()
     procs = {}
     for rank in ranks:
         e = env(RANK=rank, WORLD_SIZE=world, LOCAL_RANK=rank, MASTER_ADDR="127.0.0.1",
                 MASTER_PORT=port, **extra)
-        procs[rank] = subprocess.Popen([ALLREDUCE, *args], env=e, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        stdout = open(rank0_out, "w") if rank == 0 and rank0_out else subprocess.PIPE
+        procs[rank] = subprocess.Popen([ALLREDUCE, *(args_of(rank) if args_of else args)], env=e,
+                                       stdout=stdout, stderr=subprocess.PIPE, text=True,
+                                       stdin=subprocess.DEVNULL)
     return procs
 
 
@@ -58,7 +61,7 @@ def finish(procs, timeout):
 
 class UnderMuster(TempDirTest):
     def test_four_ranks_shared_memory_every_size_correct_and_the_table_printed(self):
-        self.four_ranks("shm", [])  # auto picks it: every rank on this machine
+        self.four_ranks("shm", ["--backend", "shm"])
 
     def test_four_ranks_tcp_every_size_correct_and_the_table_printed(self):
         self.four_ranks("tcp", ["--backend", "tcp"])
@@ -168,10 +171,13 @@ class Failures(TempDirTest):
                 self.kill_one_rank(backend)
 
     def kill_one_rank(self, backend):
+        header = self.path(f"rank0-{backend}.out")
         procs = start_ranks(3, range(3), "-b", "16M", "-e", "16M", "-n", "100000", "-w", "0",
-                            "--timeout", "5", "--backend", backend)
-        # Killed once every rank is in the ring (rank 0 printed its header).
-        time.sleep(1.5)
+                            "--timeout", "5", "--backend", backend, rank0_out=header)
+        # Killed once every rank is in the all-reduce: rank 0 printed its table header.
+        self.assertTrue(wait_for(lambda: "#wrong" in open(header).read(), timeout=20),
+                        "rank 0 never printed its header")
+        time.sleep(0.2)
         self.assertIsNone(procs[2].poll(), "rank 2 ended early")
         procs[2].send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
@@ -192,6 +198,13 @@ class Failures(TempDirTest):
         self.assertIn("rank 2 never reached rank 0", out[0][2])
         self.assertNotEqual(out[1][0], 0)
         self.assertIn("rank 2 never reached", out[1][2], "rank 0 tells the others why")
+
+    def test_ranks_with_different_options_are_refused(self):
+        procs = start_ranks(2, range(2), args_of=lambda r: ["-e", "64K" if r == 0 else "1M"])
+        out = finish(procs, timeout=20)
+        self.assertEqual(out[0][0], 2, out[0][2])
+        self.assertIn("give every rank the same options", out[0][2])
+        self.assertEqual(out[1][0], 2, out[1][2])
 
     def test_two_ranks_on_one_gpu_name_both_ranks_the_host_and_the_bus_id(self):
         procs = start_ranks(2, range(2), "-e", "8", MUSTER_ALLREDUCE_TEST_BUS_ID="0000:3b:00.0")
