@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "common/log.h"
 #include "common/release_mode.h"
 #include "launcher/nproc.h"
+#include "launcher/slurm.h"
 #include "launcher/options.h"
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/local_client.h"
@@ -140,9 +142,43 @@ bool IsLocalAddress(const std::string& host) {
   return local;
 }
 
+// Inside a Slurm allocation (not --standalone, not MUSTER_IGNORE_SLURM=1):
+// what the allocation says, as PET_ variables that fill the options no flag
+// and no PET_ variable of the user's gives.
+absl::StatusOr<std::optional<SlurmJob>> SlurmDefaults(const std::vector<std::string>& args,
+                                                      std::map<std::string, std::string>* pet) {
+  const bool standalone = std::find(args.begin(), args.end(), "--standalone") != args.end() ||
+                          !GetEnv("PET_STANDALONE").value_or("").empty();
+  if (standalone || GetEnv("MUSTER_IGNORE_SLURM").value_or("") == "1") return std::nullopt;
+  absl::StatusOr<std::optional<SlurmJob>> job =
+      DetectSlurm([](const char* name) { return GetEnv(name); });
+  if (!job.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        job.status().message(), " (or set MUSTER_IGNORE_SLURM=1 to launch as if outside Slurm)"));
+  }
+  if (!*job) return job;
+  const SlurmJob& j = **job;
+  (*pet)["PET_NNODES"] = std::to_string(j.nnodes);
+  (*pet)["PET_NODE_RANK"] = std::to_string(j.node_id);
+  (*pet)["PET_RDZV_ID"] = j.job_id;
+  (*pet)["PET_RDZV_BACKEND"] = "c10d";
+  (*pet)["PET_RDZV_ENDPOINT"] = JoinHostPort(j.rendezvous_host(), j.port);
+  (*pet)["PET_NPROC_PER_NODE"] = std::to_string(j.nproc);
+  return job;
+}
+
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
-  absl::StatusOr<ParsedCommandLine> parsed = ParseCommandLine(args, GetEnv);
+  std::map<std::string, std::string> slurm_pet;
+  absl::StatusOr<std::optional<SlurmJob>> slurm = SlurmDefaults(args, &slurm_pet);
+  if (!slurm.ok()) return UsageError(slurm.status().message());
+  absl::StatusOr<ParsedCommandLine> parsed =
+      ParseCommandLine(args, [&slurm_pet](const std::string& name) -> std::optional<std::string> {
+        if (std::optional<std::string> value = GetEnv(name)) return value;
+        auto it = slurm_pet.find(name);
+        if (it == slurm_pet.end()) return std::nullopt;
+        return it->second;
+      });
   if (!parsed.ok()) return UsageError(parsed.status().message());
   if (parsed->help) {
     std::fputs(parsed->help->c_str(), stdout);
@@ -158,6 +194,14 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "muster: warning: %s\n", warning.c_str());
   }
   LaunchConfig config = std::move(parsed->config);
+  if (*slurm) {
+    std::fprintf(stderr, "%s\n", (*slurm)->Describe().c_str());
+    // Host names in the node list often differ from the nodes' own names:
+    // node 0 hosts the rendezvous Slurm points at, and no other node does.
+    if (config.rdzv_endpoint == slurm_pet["PET_RDZV_ENDPOINT"] && !config.rdzv_conf.is_host) {
+      config.rdzv_conf.is_host = (*slurm)->node_id == 0;
+    }
+  }
   if (absl::Status id = rdzv::ValidateJobId(config.rdzv_id); !id.ok()) {
     return UsageError(id.message());
   }
