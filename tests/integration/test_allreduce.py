@@ -172,7 +172,7 @@ class Failures(TempDirTest):
 
     def kill_one_rank(self, backend):
         header = self.path(f"rank0-{backend}.out")
-        procs = start_ranks(3, range(3), "-b", "16M", "-e", "16M", "-n", "100000", "-w", "0",
+        procs = start_ranks(3, range(3), "-b", "4M", "-e", "4M", "-n", "100000", "-w", "0",
                             "--timeout", "5", "--backend", backend, rank0_out=header)
         # Killed once every rank is in the all-reduce: rank 0 printed its table header.
         self.assertTrue(wait_for(lambda: "#wrong" in open(header).read(), timeout=20),
