@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import PYTHON, ROOT, TempDirTest, env, worker_records, WORKERS
+from harness import PYTHON, ROOT, TempDirTest, env, pid_alive, wait_for, worker_records, WORKERS
 
 CLUSTER = os.path.join(ROOT, "tests", "slurm", "cluster.sh")
 SBATCH = os.path.join(ROOT, "scripts", "sbatch")
@@ -25,7 +25,9 @@ def why_no_cluster():
 
 
 @unittest.skipIf(why_no_cluster(), why_no_cluster())
-class RealSlurm(TempDirTest):
+class SlurmCluster(TempDirTest):
+    """Starts the test cluster for its class, and stops it after."""
+
     @classmethod
     def setUpClass(cls):
         cls.state = tempfile.mkdtemp(prefix="muster-slurm-")
@@ -53,6 +55,8 @@ class RealSlurm(TempDirTest):
         output = open(out).read() if os.path.exists(out) else ""
         return r.returncode, output + r.stderr
 
+
+class RealSlurm(SlurmCluster):
     def test_multi_node_ranks_are_unique_across_both_nodes(self):
         code, output = self.sbatch("multi-node.sbatch", self.tmp, TRAIN=RECORD)
         self.assertEqual(code, 0, output)
@@ -80,6 +84,51 @@ class RealSlurm(TempDirTest):
         self.assertEqual(code, 0, output)
         restarts = {r[0] for r in worker_records(self.tmp)}
         self.assertEqual(restarts, {0, 1}, output)
+
+
+class RealSlurmSignals(SlurmCluster):
+    """scancel and --signal as Slurm sends them, reaching every worker."""
+
+    def submit(self, *args, **extra):
+        """sbatch --wait in the background: (process, job id)."""
+        out = self.path("job.out")
+        e = env(SLURM_CONF=self.conf, PATH=LAUNCHER_DIR + ":" + os.environ["PATH"],
+                TRAIN=os.path.join(WORKERS, "signals.py"), **extra)
+        for key in [k for k in e if k.startswith("SLURM_") and k != "SLURM_CONF"]:
+            del e[key]
+        proc = subprocess.Popen(["sbatch", "--wait", "--parsable", f"--output={out}", "--chdir",
+                                 ROOT, os.path.join(SBATCH, "multi-node.sbatch"), self.tmp, *args],
+                                env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        job_id = proc.stdout.readline().strip().split(";")[0]
+        self.assertTrue(job_id.isdigit(), f"sbatch said {job_id!r}")
+        self.e = e
+        return proc, job_id
+
+    def both_started(self):
+        return wait_for(lambda: all(os.path.exists(self.path(f"pid.{r}")) for r in (0, 1)), 60)
+
+    def test_scancel_reaches_every_worker_and_leaves_no_process(self):
+        proc, job_id = self.submit("--seconds", "60")
+        self.assertTrue(self.both_started(), open(self.path("job.out")).read())
+        pids = [int(open(self.path(f"pid.{r}")).read()) for r in (0, 1)]
+        subprocess.run(["scancel", job_id], env=self.e, check=True, timeout=30)
+        proc.wait(timeout=60)
+        self.assertNotEqual(proc.returncode, 0)
+        for r in (0, 1):
+            self.assertTrue(os.path.exists(self.path(f"SIGTERM.{r}")), f"rank {r} got no SIGTERM")
+        self.assertTrue(wait_for(lambda: not any(pid_alive(p) for p in pids), 15), "a worker lives on")
+        left = subprocess.run(["pgrep", "-f", self.tmp], capture_output=True, text=True)
+        self.assertEqual(left.stdout.strip(), "", "processes of the job are left")
+
+    def test_usr1_reaches_every_worker_and_the_job_goes_on(self):
+        proc, job_id = self.submit("--seconds", "4")
+        self.assertTrue(self.both_started(), open(self.path("job.out")).read())
+        subprocess.run(["scancel", "--signal=USR1", job_id], env=self.e, check=True, timeout=30)
+        self.assertTrue(wait_for(lambda: all(os.path.exists(self.path(f"SIGUSR1.{r}"))
+                                             for r in (0, 1)), 20), "SIGUSR1 did not reach every worker")
+        proc.wait(timeout=60)
+        self.assertEqual(proc.returncode, 0, open(self.path("job.out")).read())
+        self.assertFalse(any(os.path.exists(self.path(f"SIGTERM.{r}")) for r in (0, 1)))
 
 
 if __name__ == "__main__":
