@@ -49,7 +49,11 @@ class SlurmCluster(TempDirTest):
         e = env(SLURM_CONF=self.conf, PATH=LAUNCHER_DIR + ":" + os.environ["PATH"], **extra)
         for key in [k for k in e if k.startswith("SLURM_") and k != "SLURM_CONF"]:
             del e[key]
-        r = subprocess.run(["sbatch", "--wait", f"--output={out}", "--chdir", ROOT,
+        options = []  # sbatch options before the script, e.g. --ntasks-per-node=2
+        while script.startswith("--"):
+            options.append(script)
+            script, *args = args
+        r = subprocess.run(["sbatch", "--wait", f"--output={out}", "--chdir", ROOT, *options,
                             os.path.join(SBATCH, script), *args],
                            env=e, capture_output=True, text=True, timeout=timeout)
         output = open(out).read() if os.path.exists(out) else ""
@@ -78,6 +82,12 @@ class RealSlurm(SlurmCluster):
                                    TRAIN=os.path.join(ROOT, "examples", "ddp_train.py"),
                                    PYTHON_EXEC=PYTHON)
         self.assertEqual(code, 0, output)
+
+    def test_two_tasks_per_node_by_mistake_is_a_clear_error(self):
+        code, output = self.sbatch("--ntasks-per-node=2", "multi-node.sbatch", self.tmp, TRAIN=RECORD)
+        self.assertNotEqual(code, 0, output)
+        self.assertIn("--ntasks-per-node=1", output)
+        self.assertEqual(worker_records(self.tmp), [], "no worker may start")
 
     def test_elastic_job_restarts_inside_the_allocation_and_completes(self):
         code, output = self.sbatch("elastic.sbatch", self.tmp, "--fail-rank", "1", TRAIN=RECORD)
