@@ -67,7 +67,9 @@ absl::StatusOr<std::optional<SlurmJob>> DetectSlurm(
 
   absl::StatusOr<int> nnodes = ReadCount(get, "SLURM_NNODES");
   if (!nnodes.ok()) return nnodes.status();
-  absl::StatusOr<int> node_id = ReadCount(get, "SLURM_NODEID");
+  // salloc's shell has no SLURM_NODEID: on one node, it can only be node 0.
+  absl::StatusOr<int> node_id =
+      !get("SLURM_NODEID") && *nnodes == 1 ? absl::StatusOr<int>(0) : ReadCount(get, "SLURM_NODEID");
   if (!node_id.ok()) return node_id.status();
   job.nnodes = *nnodes;
   job.node_id = *node_id;

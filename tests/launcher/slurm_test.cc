@@ -80,6 +80,14 @@ TEST(DetectSlurmTest, TheOlderNodelistVariableAndArrayJobIds) {
   EXPECT_EQ(port, SlurmRendezvousPort("4242_7")) << "every node derives the same port";
 }
 
+TEST(DetectSlurmTest, OneNodeWithoutANodeIdIsNodeZero) {
+  // What salloc --nodes=1 leaves in its shell.
+  Env one = {{"SLURM_JOB_ID", "7"}, {"SLURM_NNODES", "1"}, {"SLURM_JOB_NODELIST", "gpu01"}};
+  absl::StatusOr<std::optional<SlurmJob>> job = Detect(one);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ((*job)->node_id, 0);
+}
+
 TEST(DetectSlurmTest, InconsistentEnvironmentsNameTheVariables) {
   struct Case {
     Env vars;
