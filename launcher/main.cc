@@ -24,6 +24,7 @@
 #include "agent/agent.h"
 #include "agent/child_process.h"
 #include "common/log.h"
+#include "common/process_env.h"
 #include "common/release_mode.h"
 #include "launcher/nproc.h"
 #include "launcher/slurm.h"
@@ -37,12 +38,6 @@ namespace {
 
 constexpr int kDefaultRdzvPort = 29400;
 
-std::optional<std::string> GetEnv(const std::string& name) {
-  const char* value = std::getenv(name.c_str());
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
-}
-
 int UsageError(absl::string_view message) {
   std::fprintf(stderr, "muster: error: %.*s\n", static_cast<int>(message.size()), message.data());
   return kExitUsage;
@@ -52,12 +47,6 @@ int UsableCpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
   return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-}
-
-std::string HostName() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
 }
 
 bool IsElfFile(const std::string& path) {

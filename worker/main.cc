@@ -20,6 +20,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "common/process_env.h"
 #include "common/status.h"
 #include "worker/bootstrap.h"
 #include "worker/data.h"
@@ -52,23 +53,12 @@ struct Options {
   std::string json;
 };
 
-std::optional<std::string> GetEnv(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
-}
-
 // This boot of this machine: ranks with the same one can share memory.
 std::string MachineId() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(in, id);
   return id;
-}
-
-std::string HostName() {
-  char name[256] = "";
-  gethostname(name, sizeof name - 1);
-  return name;
 }
 
 // The CPU backends (TCP ring, shared memory): buffers in host memory.
