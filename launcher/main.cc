@@ -205,19 +205,19 @@ int Main(int argc, char** argv) {
   const std::string program_path = absl::StrCat(path, ":", SelfDirectory());
   std::string program;
   if (!config.module) {
-    const bool bare_name = config.script.find('/') == std::string::npos;
-    absl::StatusOr<std::string> found_program =
-        bare_name && access(config.script.c_str(), F_OK) != 0
-            ? ResolveExecutable(config.script, program_path)
-            : absl::NotFoundError("not a bare program name");
+    // A bare name that is no file here is a command: on PATH, or beside muster.
+    const bool command = config.script.find('/') == std::string::npos &&
+                         access(config.script.c_str(), F_OK) != 0;
+    absl::StatusOr<std::string> resolved = config.no_python || command
+                                               ? ResolveExecutable(config.script, program_path)
+                                               : absl::NotFoundError("a file, not a command");
     if (config.no_python) {
-      absl::StatusOr<std::string> resolved = ResolveExecutable(config.script, program_path);
       if (!resolved.ok()) return UsageError(resolved.status().message());
       program = *resolved;
-    } else if (found_program.ok() && IsElfFile(*found_program)) {
+    } else if (resolved.ok() && IsElfFile(*resolved)) {
       // A native program named like a command (muster-allreduce): run it directly.
       config.no_python = true;
-      program = *found_program;
+      program = *resolved;
     } else if (access(config.script.c_str(), F_OK) != 0) {
       return UsageError(absl::StrCat(config.script,
                                      ": no such file; give the path of a Python script, -m "
