@@ -43,7 +43,6 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
 struct SharedMemoryAllReduce::Header {
   std::atomic<uint32_t> arrived;     // at the current barrier
   std::atomic<uint32_t> generation;  // barriers completed; futex word
-  std::atomic<uint32_t> attached;    // ranks that opened the segment
   // Barriers each rank has reached, to name the missing ones on a timeout.
   struct alignas(64) Seen {
     std::atomic<uint64_t> count;
@@ -134,7 +133,6 @@ absl::StatusOr<SharedMemoryAllReduce> SharedMemoryAllReduce::Open(const std::str
 }
 
 absl::Status SharedMemoryAllReduce::Attached(absl::Duration timeout) {
-  static_cast<Header*>(base_)->attached.fetch_add(1);
   MUSTER_RETURN_IF_ERROR(Barrier(timeout));
   if (linked_) shm_unlink(name_.c_str());  // every rank has it mapped
   linked_ = false;
@@ -187,9 +185,11 @@ absl::Status SharedMemoryAllReduce::AllReduce(void* data, int64_t count, DataTyp
   std::memcpy(Output() + offset, Slot(0) + offset, static_cast<size_t>(mine.size() * size));
   for (int r = 1; r < ranks_; ++r) AddInto(Output() + offset, Slot(r) + offset, mine.size(), type);
   MUSTER_RETURN_IF_ERROR(Barrier(timeout));
+  // No barrier after this copy: the next call writes the output only after
+  // its first barrier, which every rank reaches once done copying, and the
+  // slots were last read before the barrier above.
   std::memcpy(data, Output(), bytes);
-  // Nobody writes the slots or the output again before everyone has read them.
-  return Barrier(timeout);
+  return absl::OkStatus();
 }
 
 }  // namespace muster::worker
