@@ -35,11 +35,11 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
   std::vector<std::string> addrs(env.world_size);
   addrs[0] = env.master_addr;
   if (env.world_size > 1) {
-    absl::StatusOr<Listener> listener = Listen(env.master_port);
+    absl::StatusOr<Listener> listener = Listen(env.bootstrap_port);
     if (!listener.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "rank 0 cannot listen on MASTER_PORT ", env.master_port, ": ", listener.status().message(),
-          "; pick a free port"));
+          "rank 0 cannot listen on ", BootstrapPortName(env), ": ", listener.status().message(),
+          env.agent_store ? "; pick a master port whose next port is free too" : "; pick a free port"));
     }
     const absl::Time deadline = absl::Now() + options.timeout;
     int arrived = 1;
@@ -53,7 +53,7 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
         return FailAll(out.ranks, absl::DeadlineExceededError(absl::StrCat(
             missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
             missing.size() == 1 ? " never reached" : " never reached", " rank 0 at ",
-            env.master_addr, ":", env.master_port, " within ",
+            env.master_addr, ":", env.bootstrap_port, " within ",
             absl::FormatDuration(options.timeout), " (", arrived, " of ", env.world_size,
             " ranks arrived); is every rank started with the same MASTER_ADDR and MASTER_PORT?")));
       }
@@ -170,18 +170,18 @@ absl::StatusOr<Bootstrapped> Bootstrap(const WorkerEnv& env, const Hello& me,
   if (env.rank == 0) return RootBootstrap(env, me, options);
   Bootstrapped out;
   const absl::Time deadline = absl::Now() + options.timeout;
-  absl::StatusOr<UniqueFd> root = Connect(env.master_addr, env.master_port, deadline);
+  absl::StatusOr<UniqueFd> root = Connect(env.master_addr, env.bootstrap_port, deadline);
   if (!root.ok()) {
     return absl::DeadlineExceededError(absl::StrCat(
-        "rank ", env.rank, " cannot reach rank 0 at MASTER_ADDR:MASTER_PORT: ",
-        root.status().message(), "; is rank 0 running?"));
+        "rank ", env.rank, " cannot reach rank 0 at MASTER_ADDR ", env.master_addr, ", ",
+        BootstrapPortName(env), ": ", root.status().message(), "; is rank 0 running?"));
   }
   MUSTER_RETURN_IF_ERROR(SendMessage(root->get(), me, deadline));
   // Rank 0 may wait out its own timeout for the last rank, then answer.
   absl::Status got = RecvMessage(root->get(), &out.welcome, deadline + options.timeout);
   if (!got.ok()) {
     return absl::UnavailableError(absl::StrCat("rank ", env.rank, " got no answer from rank 0 at ",
-                                               env.master_addr, ":", env.master_port, ": ",
+                                               env.master_addr, ":", env.bootstrap_port, ": ",
                                                got.message()));
   }
   if (!out.welcome.error().empty()) {

@@ -50,6 +50,7 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv(
     absl::StatusOr<int> port = ReadInt(get, "MASTER_PORT", 0, 0, 65535);
     if (!port.ok()) return port.status();
     env.master_port = *port;
+    env.bootstrap_port = *port;
     return env;
   }
   const std::optional<std::string> addr = get("MASTER_ADDR");
@@ -60,7 +61,24 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv(
   absl::StatusOr<int> port = ReadInt(get, "MASTER_PORT", std::nullopt, 1, 65535);
   if (!port.ok()) return port.status();
   env.master_port = *port;
+  env.bootstrap_port = *port;
+  // PyTorch's own test: the exact string "True".
+  if (get("TORCHELASTIC_USE_AGENT_STORE") == "True") {
+    if (env.master_port == 65535) {
+      return absl::InvalidArgumentError(
+          "MASTER_PORT=65535 is held by the launcher's store (TORCHELASTIC_USE_AGENT_STORE=True), "
+          "and muster-allreduce needs MASTER_PORT+1 for itself; pick a lower master port");
+    }
+    env.agent_store = true;
+    env.bootstrap_port = env.master_port + 1;
+  }
   return env;
+}
+
+std::string BootstrapPortName(const WorkerEnv& env) {
+  if (!env.agent_store) return absl::StrCat("MASTER_PORT ", env.bootstrap_port);
+  return absl::StrCat("MASTER_PORT+1 ", env.bootstrap_port,
+                      " (the launcher's store holds MASTER_PORT: TORCHELASTIC_USE_AGENT_STORE=True)");
 }
 
 }  // namespace muster::worker

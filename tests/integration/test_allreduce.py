@@ -114,6 +114,16 @@ class UnderTorchrun(TempDirTest):
         self.assertIn("# Wrong values         : 0 OK", r.stdout + r.stderr)
         self.assertIn("65536", r.stdout + r.stderr)
 
+    def test_static_rendezvous_where_torchruns_store_holds_master_port(self):
+        # Without --standalone torchrun's agent hosts its TCPStore on
+        # MASTER_PORT and tells the workers so (TORCHELASTIC_USE_AGENT_STORE=True),
+        # as every rendezvous does from PyTorch 2.4 on: rank 0 takes the next port.
+        port = free_port()
+        r = torchrun("--nnodes", "1", "--nproc_per_node", "2", "--master_port", str(port),
+                     "--no_python", ALLREDUCE, "-b", "8", "-e", "64K", "--backend", "tcp")
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIn("# Wrong values         : 0 OK", r.stdout + r.stderr)
+
 
 class BadEnvironment(TempDirTest):
     def run_alone(self, **variables):

@@ -36,6 +36,32 @@ TEST(ReadWorkerEnvTest, ReadsTheStandardVariables) {
   EXPECT_EQ(env->master_port, 29500);
 }
 
+TEST(ReadWorkerEnvTest, BootstrapsOnMasterPort) {
+  absl::StatusOr<WorkerEnv> env = Read(kGood);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->bootstrap_port, 29500);
+  EXPECT_FALSE(env->agent_store);
+  EXPECT_EQ(BootstrapPortName(*env), "MASTER_PORT 29500");
+}
+
+TEST(ReadWorkerEnvTest, BootstrapsOnTheNextPortWhereTheLaunchersStoreHoldsMasterPort) {
+  auto vars = kGood;
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  absl::StatusOr<WorkerEnv> env = Read(vars);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->master_port, 29500);
+  EXPECT_EQ(env->bootstrap_port, 29501);
+  EXPECT_THAT(BootstrapPortName(*env),
+              AllOf(HasSubstr("MASTER_PORT+1 29501"), HasSubstr("TORCHELASTIC_USE_AGENT_STORE")));
+  // As in PyTorch, anything but "True" is false: muster sets "False".
+  for (const char* value : {"False", "true", "1", ""}) {
+    vars["TORCHELASTIC_USE_AGENT_STORE"] = value;
+    env = Read(vars);
+    ASSERT_TRUE(env.ok()) << env.status();
+    EXPECT_EQ(env->bootstrap_port, 29500) << value;
+  }
+}
+
 TEST(ReadWorkerEnvTest, OneRankNeedsNoMaster) {
   absl::StatusOr<WorkerEnv> env = Read({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
   ASSERT_TRUE(env.ok()) << env.status();
@@ -67,6 +93,13 @@ TEST(ReadWorkerEnvTest, EachBadVariableIsNamedWithTheFix) {
            {with("MASTER_PORT", "70000"), "MASTER_PORT='70000'"},
            {with("WORLD_SIZE", "0"), "WORLD_SIZE='0'"},
            {with("LOCAL_RANK", "-1"), "LOCAL_RANK='-1'"},
+           {[] {
+              auto vars = kGood;
+              vars["MASTER_PORT"] = "65535";
+              vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+              return vars;
+            }(),
+            "MASTER_PORT+1"},
        }) {
     absl::StatusOr<WorkerEnv> env = Read(c.vars);
     EXPECT_EQ(env.status().code(), absl::StatusCode::kInvalidArgument) << c.says;
