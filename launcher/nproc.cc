@@ -27,7 +27,7 @@ absl::StatusOr<int> ResolveNproc(NprocKind kind, int count, int gpus, int cpus) 
 }
 
 int CountVisibleGpus(const std::optional<std::string>& cuda_visible_devices,
-                     const std::string& driver_dir) {
+                     const std::string& driver_dir, const std::string& dev_dir) {
   if (cuda_visible_devices) {
     int n = 0;
     for (absl::string_view entry : absl::StrSplit(*cuda_visible_devices, ',')) {
@@ -43,6 +43,16 @@ int CountVisibleGpus(const std::optional<std::string>& cuda_visible_devices,
   for (std::filesystem::directory_iterator it(driver_dir, error), end; !error && it != end;
        it.increment(error)) {
     ++n;
+  }
+  if (n > 0 || std::filesystem::exists(driver_dir, error)) return n;
+  // nvidia0, nvidia1, ...: not nvidiactl, nvidia-uvm or nvidia-caps.
+  for (std::filesystem::directory_iterator it(dev_dir, error), end; !error && it != end;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > 6 && name.starts_with("nvidia") &&
+        name.find_first_not_of("0123456789", 6) == std::string::npos) {
+      ++n;
+    }
   }
   return n;
 }

@@ -16,9 +16,11 @@ absl::StatusOr<int> ResolveNproc(NprocKind kind, int count, int gpus, int cpus);
 
 // GPUs this process may use: the entries of CUDA_VISIBLE_DEVICES when it is
 // set (`cuda_visible_devices`), else the GPUs the NVIDIA driver lists under
-// `driver_dir` (/proc/driver/nvidia/gpus).
+// `driver_dir` (/proc/driver/nvidia/gpus), else, where that is missing (some
+// sandboxes and containers), the device nodes /dev/nvidia0, 1, ... in `dev_dir`.
 int CountVisibleGpus(const std::optional<std::string>& cuda_visible_devices,
-                     const std::string& driver_dir = "/proc/driver/nvidia/gpus");
+                     const std::string& driver_dir = "/proc/driver/nvidia/gpus",
+                     const std::string& dev_dir = "/dev");
 
 }  // namespace muster
 

@@ -36,8 +36,22 @@ TEST(CountVisibleGpusTest, DriverDirectory) {
   std::filesystem::create_directories(dir + "/0000:3b:00.0");
   std::filesystem::create_directories(dir + "/0000:86:00.0");
   EXPECT_EQ(CountVisibleGpus(std::nullopt, dir), 2);
-  EXPECT_EQ(CountVisibleGpus(std::nullopt, dir + "/missing"), 0);
+  EXPECT_EQ(CountVisibleGpus(std::nullopt, dir + "/missing", dir + "/missing"), 0);
   std::filesystem::remove_all(dir);
+}
+
+TEST(CountVisibleGpusTest, DeviceNodesWhereTheDriverDirectoryIsMissing) {
+  const std::string dev = testing::TempDir() + "/dev";
+  std::filesystem::create_directories(dev);
+  for (const char* name : {"nvidia0", "nvidia1", "nvidia12", "nvidiactl", "nvidia-uvm",
+                           "nvidia-uvm-tools", "nvidia-caps", "null"}) {
+    std::ofstream(dev + "/" + name).put('\n');
+  }
+  EXPECT_EQ(CountVisibleGpus(std::nullopt, dev + "/missing", dev), 3);
+  // The driver's own list wins where it exists, even empty.
+  std::filesystem::create_directories(dev + "/gpus");
+  EXPECT_EQ(CountVisibleGpus(std::nullopt, dev + "/gpus", dev), 0);
+  std::filesystem::remove_all(dev);
 }
 
 }  // namespace
