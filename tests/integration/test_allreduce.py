@@ -13,6 +13,7 @@ import unittest
 from harness import MUSTER, ROOT, TempDirTest, env, muster, torchrun, wait_for
 
 HAVE_GPU = os.path.exists("/dev/nvidia0")
+GPUS = len([d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)])
 ALLREDUCE = os.environ.get("ALLREDUCE", os.path.join(ROOT, "build", "launcher", "muster-allreduce"))
 ROW = re.compile(r"^\[rank 0\]:\s+(\d+)\s+(\d+)\s+(\w+)\s+sum\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)"
                  r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)$", re.M)
@@ -153,7 +154,8 @@ class BadEnvironment(TempDirTest):
             self.assertEqual(r.returncode, 2, args)
             self.assertIn(says, r.stderr + r.stdout)
 
-    @unittest.skipUnless(HAVE_GPU, "needs a GPU: LOCAL_RANK is checked against the visible GPUs")
+    @unittest.skipUnless(GPUS >= 2, "needs two GPUs or more: LOCAL_RANK is checked against the "
+                         "visible GPUs, and one visible GPU serves any LOCAL_RANK (as srun binds it)")
     def test_local_rank_beyond_the_visible_gpus(self):
         r = self.run_alone(RANK="0", WORLD_SIZE="1", LOCAL_RANK="99")
         self.assertEqual(r.returncode, 2, r.stderr)
