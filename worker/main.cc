@@ -332,6 +332,7 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
     summary.results.push_back(row);
   }
+  if (absl::Status finished = runner->Finish(); !finished.ok()) return Fail(*env, finished);
   if (env->rank != 0) return 0;  // rank 0 says whether the results were right
 
   int64_t wrong = 0;

@@ -6,12 +6,16 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "worker/data.h"
+#include "worker/watchdog.h"
 
 namespace muster::worker {
 namespace {
@@ -62,8 +66,8 @@ struct Event {
 };
 struct Comm {
   ncclComm_t comm = nullptr;
-  // Abort, not destroy: ncclCommDestroy waits for the other ranks, which
-  // may be dead when this rank leaves on an error.
+  // Left set only on an error (Finish clears it): abort, which stops the
+  // kernels still waiting for a dead peer. ncclCommDestroy would wait for it.
   ~Comm() {
     if (comm != nullptr) ncclCommAbort(comm);
   }
@@ -73,10 +77,20 @@ struct Comm {
 // the timeout of the group it stalls, and a long run is not one long wait.
 constexpr int kOpsPerWait = 16;
 
+// The watchdog's limit, past the timeout that the stream waits keep: they
+// fail cleanly first where they can.
+constexpr absl::Duration kWatchdogGrace = absl::Seconds(10);
+
 class NcclRunner final : public Runner {
  public:
   NcclRunner(const WorkerEnv& env, const RunnerOptions& options, absl::Duration timeout)
-      : env_(env), options_(options), timeout_(timeout) {}
+      : env_(env), options_(options), timeout_(timeout),
+        watchdog_(absl::StrCat("rank ", env.rank), timeout + kWatchdogGrace) {}
+
+  ~NcclRunner() override {
+    // An abort cannot hang for a dead peer, but the watchdog stays armed anyway.
+    if (comm_.comm != nullptr) watchdog_.Arm("aborting the NCCL communicator");
+  }
 
   absl::Status Init(const Welcome& welcome, const GpuInfo& gpu, int64_t max_bytes) {
     MUSTER_CUDA(cudaSetDevice(gpu.device));
@@ -91,13 +105,22 @@ class NcclRunner final : public Runner {
       return absl::InternalError("rank 0 sent an NCCL id of the wrong size");
     }
     std::memcpy(id.internal, welcome.nccl_id().data(), sizeof id.internal);
-    // Non-blocking: the init waits for every rank, and one may never come.
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    const ncclResult_t init =
-        ncclCommInitRankConfig(&comm_.comm, env_.world_size, id, env_.rank, &config);
-    if (init != ncclSuccess && init != ncclInProgress) return NcclStatus(init, "ncclCommInitRank");
-    return Settle("joining the NCCL communicator");
+    // A blocking communicator, as nccl-tests and PyTorch use: a non-blocking
+    // one starts a thread per collective, which small sizes would time. The
+    // join waits for every rank, and one may never come: the watchdog.
+    watchdog_.Arm("joining the NCCL communicator");
+    absl::Cleanup disarm = [this] { watchdog_.Disarm(); };
+    return NcclStatus(ncclCommInitRank(&comm_.comm, env_.world_size, id, env_.rank),
+                      "ncclCommInitRank");
+  }
+
+  // Flushes what the last collectives left in flight (NCCL's proxies send on
+  // after the kernels end), so that no rank leaves while a peer needs it.
+  absl::Status Finish() override {
+    watchdog_.Arm("finishing the NCCL communicator");
+    absl::Cleanup disarm = [this] { watchdog_.Disarm(); };
+    MUSTER_NCCL(ncclCommFinalize(comm_.comm));
+    return NcclStatus(ncclCommDestroy(std::exchange(comm_.comm, nullptr)), "ncclCommDestroy");
   }
 
   absl::StatusOr<LocalResult> Run(const SweepSize& size, DataType type) override {
@@ -111,12 +134,17 @@ class NcclRunner final : public Runner {
         MUSTER_CUDA(cudaMemcpyAsync(in, host_.data(), bytes, cudaMemcpyHostToDevice, stream_.stream));
         return Wait();
       };
+      // The first all-reduce of a size may connect to peers, and a blocking
+      // call cannot be interrupted: the watchdog, past Wait's own deadline,
+      // for each group of collectives.
       auto ops = [&](int count) -> absl::Status {
+        absl::Cleanup disarm = [this] { watchdog_.Disarm(); };
         for (int i = 0; i < count; ++i) {
-          const ncclResult_t r = ncclAllReduce(in, recv_.ptr, size.count, NcclType(type), ncclSum,
-                                               comm_.comm, stream_.stream);
-          if (r != ncclSuccess && r != ncclInProgress) return NcclStatus(r, "ncclAllReduce");
-          MUSTER_RETURN_IF_ERROR(Settle("queueing an all-reduce"));
+          if (i % kOpsPerWait == 0) {
+            watchdog_.Arm(absl::StrCat("an all-reduce of ", size.bytes, " bytes"));
+          }
+          MUSTER_NCCL(ncclAllReduce(in, recv_.ptr, size.count, NcclType(type), ncclSum, comm_.comm,
+                                    stream_.stream));
           if ((i + 1) % kOpsPerWait == 0) MUSTER_RETURN_IF_ERROR(Wait());
         }
         return Wait();
@@ -148,25 +176,9 @@ class NcclRunner final : public Runner {
   }
 
  private:
-  // Until the non-blocking communicator is done with the last call.
-  absl::Status Settle(const char* what) {
-    const absl::Time deadline = absl::Now() + timeout_;
-    while (true) {
-      ncclResult_t state = ncclSuccess;
-      MUSTER_NCCL(ncclCommGetAsyncError(comm_.comm, &state));
-      if (state == ncclSuccess) return absl::OkStatus();
-      if (state != ncclInProgress) return NcclStatus(state, what);
-      if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            what, " did not finish within ", absl::FormatDuration(timeout_),
-            "; a rank may have died or hung"));
-      }
-      absl::SleepFor(absl::Microseconds(50));
-    }
-  }
-
   // The stream's work, or an error: a peer that died shows as an NCCL
-  // asynchronous error, or as no progress until the timeout.
+  // asynchronous error, or as no progress until the timeout. It spins, as
+  // nccl-tests does: a sleep here would be in the times of small sizes.
   absl::Status Wait() {
     const absl::Time deadline = absl::Now() + timeout_;
     while (true) {
@@ -183,18 +195,21 @@ class NcclRunner final : public Runner {
             "the all-reduce did not finish within ", absl::FormatDuration(timeout_),
             "; a rank may have died or hung"));
       }
-      absl::SleepFor(absl::Microseconds(50));
+      std::this_thread::yield();
     }
   }
 
   const WorkerEnv env_;
   const RunnerOptions options_;
   const absl::Duration timeout_;
-  Comm comm_;  // first: destroyed last, after the stream and buffers it used
+  Watchdog watchdog_;  // first: destroyed last, so that it sees the abort through
   Stream stream_;
   Event start_, stop_;
   DeviceBuffer send_, recv_;
   std::vector<char> host_;
+  // Last: destroyed first. The abort stops kernels still waiting for a dead
+  // peer; cudaFree on their buffers would wait for them for ever.
+  Comm comm_;
 };
 
 }  // namespace

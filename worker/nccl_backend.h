@@ -31,8 +31,10 @@ absl::StatusOr<GpuInfo> ProbeGpu(int local_rank);
 absl::StatusOr<std::string> NewNcclId(int device);
 
 // Joins the communicator rank 0 made (`welcome.nccl_id()`) on `gpu`, with
-// buffers for `max_bytes`. A collective that does not finish within
-// `timeout` aborts the communicator and fails.
+// buffers for `max_bytes`. A group of collectives that does not finish
+// within `timeout` fails, and the communicator is aborted; a blocking NCCL
+// call (joining, a first collective's connections, finishing) that hangs
+// past `timeout` plus 10 s ends the process with exit 1, naming it.
 absl::StatusOr<std::unique_ptr<Runner>> NewNcclRunner(const WorkerEnv& env, const Welcome& welcome,
                                                       const GpuInfo& gpu, int64_t max_bytes,
                                                       const RunnerOptions& options,

@@ -28,6 +28,8 @@ class Runner {
  public:
   virtual ~Runner() = default;
   virtual absl::StatusOr<LocalResult> Run(const SweepSize& size, DataType type) = 0;
+  // After the last size, on success: lets peers finish what they need of this rank.
+  virtual absl::Status Finish() { return absl::OkStatus(); }
 };
 
 }  // namespace muster::worker
