@@ -5,6 +5,7 @@
 //
 // Exit status: 0 every result correct; 1 a wrong result, or a rank failed;
 // 2 bad options or environment.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -53,12 +54,17 @@ struct Options {
   std::string json;
 };
 
-// This boot of this machine: ranks with the same one can share memory.
+// This boot of this machine, and the /dev/shm this rank sees: ranks with the
+// same can share memory. Containers on one machine (pods on one node) share
+// the boot but each may have its own /dev/shm, where a segment of rank 0's
+// is not there for the others.
 std::string MachineId() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(in, id);
-  return id;
+  struct stat shm {};
+  if (stat("/dev/shm", &shm) != 0) return absl::StrCat(id, " without /dev/shm");
+  return absl::StrCat(id, " /dev/shm ", shm.st_dev, ":", shm.st_ino);
 }
 
 // The CPU backends (TCP ring, shared memory): buffers in host memory.

@@ -90,17 +90,22 @@ class SeveralHosts(TempDirTest):
         self.net.mend()
         self.addCleanup(self.net.mend)
 
-    def agent(self, i, *args, nnodes="3", conf=""):
+    def agent(self, i, *args, nnodes="3", conf="", program=None, own_shm=False):
+        """Host i's agent running RECORD with args, or `program` (a list) instead.
+        own_shm: the host gets its own /dev/shm, as a container has."""
         rdzv_conf = "last_call_timeout=1,keep_alive_interval=0.5,heartbeat_timeout=3"
         if conf:
             rdzv_conf += "," + conf
         out = open(self.path(f"n{i}.out"), "w")
         err = open(self.path(f"n{i}.err"), "w")
-        command = ["ip", "netns", "exec", self.net.hosts[i], MUSTER, "--nnodes", nnodes,
+        if program is None:
+            program = ["--no-python", "/usr/bin/python3", RECORD, self.tmp, *args]
+        # `ip netns exec` runs in a mount namespace of its own: a mount there stays there.
+        shm = ["sh", "-c", 'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "sh"] if own_shm else []
+        command = ["ip", "netns", "exec", self.net.hosts[i], *shm, MUSTER, "--nnodes", nnodes,
                    "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                    f"{self.net.address(0)}:{PORT}", "--rdzv-id", "netjob", "--rdzv-conf",
-                   rdzv_conf, "--node-rank", str(i), "--no-python", "/usr/bin/python3", RECORD,
-                   self.tmp, *args]
+                   rdzv_conf, "--node-rank", str(i), *program]
         proc = subprocess.Popen(command, env=env(), stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         self.addCleanup(self._reap, proc, out, err)
@@ -123,6 +128,20 @@ class SeveralHosts(TempDirTest):
         for _, _, rank, e in records:
             self.assertEqual(e["GROUP_RANK"], str(rank // 2))
         self.assertIn("hosting the rendezvous", self.read("n0.err"))
+
+    def test_allreduce_between_hosts_takes_the_tcp_ring(self):
+        # Each host has its own /dev/shm, as containers on one machine do:
+        # shared memory cannot join them, so `auto` picks the ring, over the veths.
+        procs = [self.agent(i, own_shm=True, program=["muster-allreduce", "-b", "8", "-e", "1M",
+                                                       "-f", "8", "-n", "3", "-w", "1"])
+                 for i in range(HOSTS)]
+        codes = [p.wait(timeout=90) for p in procs]
+        self.assertEqual(codes, [0, 0, 0], self.errors(range(HOSTS)))
+        table = self.read("n0.out")
+        self.assertIn("6 ranks, backend tcp", table)
+        self.assertIn("# Wrong values         : 0 OK", table)
+        for size in (8, 64, 512, 4096, 32768, 262144):
+            self.assertRegex(table, rf"\[rank 0\]:\s+{size}\s")
 
     def test_cut_link_is_a_dead_node_and_the_rest_go_on(self):
         procs = [self.agent(i, "--seconds", "20", nnodes="2:3") for i in range(HOSTS)]
