@@ -88,7 +88,8 @@ class NcclRunner final : public Runner {
         watchdog_(absl::StrCat("rank ", env.rank), timeout + kWatchdogGrace) {}
 
   ~NcclRunner() override {
-    // An abort cannot hang for a dead peer, but the watchdog stays armed anyway.
+    // An abort stops kernels waiting for a dead peer, but NCCL's own threads
+    // have been seen to hang in it: the watchdog stays armed.
     if (comm_.comm != nullptr) watchdog_.Arm("aborting the NCCL communicator");
   }
 
@@ -97,6 +98,9 @@ class NcclRunner final : public Runner {
     MUSTER_CUDA(cudaStreamCreateWithFlags(&stream_.stream, cudaStreamNonBlocking));
     MUSTER_CUDA(cudaEventCreate(&start_.event));
     MUSTER_CUDA(cudaEventCreate(&stop_.event));
+    for (Event& done : group_done_) {
+      MUSTER_CUDA(cudaEventCreateWithFlags(&done.event, cudaEventDisableTiming));
+    }
     MUSTER_CUDA(cudaMalloc(&send_.ptr, static_cast<size_t>(max_bytes)));
     MUSTER_CUDA(cudaMalloc(&recv_.ptr, static_cast<size_t>(max_bytes)));
     host_.resize(static_cast<size_t>(max_bytes));
@@ -106,8 +110,10 @@ class NcclRunner final : public Runner {
     }
     std::memcpy(id.internal, welcome.nccl_id().data(), sizeof id.internal);
     // A blocking communicator, as nccl-tests and PyTorch use: a non-blocking
-    // one starts a thread per collective, which small sizes would time. The
-    // join waits for every rank, and one may never come: the watchdog.
+    // one starts a thread per collective, which small sizes would time.
+    // NCCL_COMM_BLOCKING=0 in the environment would override the default.
+    // The join waits for every rank, and one may never come: the watchdog.
+    setenv("NCCL_COMM_BLOCKING", "1", 1);
     watchdog_.Arm("joining the NCCL communicator");
     absl::Cleanup disarm = [this] { watchdog_.Disarm(); };
     return NcclStatus(ncclCommInitRank(&comm_.comm, env_.world_size, id, env_.rank),
@@ -134,33 +140,36 @@ class NcclRunner final : public Runner {
         MUSTER_CUDA(cudaMemcpyAsync(in, host_.data(), bytes, cudaMemcpyHostToDevice, stream_.stream));
         return Wait();
       };
-      // The first all-reduce of a size may connect to peers, and a blocking
-      // call cannot be interrupted: the watchdog, past Wait's own deadline,
-      // for each group of collectives.
-      auto ops = [&](int count) -> absl::Status {
+      // Groups of collectives, each queued while the one before runs: the
+      // host waits for the group before last, so the GPU never runs dry, and
+      // a dead peer is found within the timeout of the group it stalls.
+      // `stop`, when set, is recorded right after the last one. A blocking
+      // call (the first of a size may connect to peers) cannot be
+      // interrupted: the watchdog, past the waits' own deadline, per group.
+      auto ops = [&](int count, cudaEvent_t stop) -> absl::Status {
         absl::Cleanup disarm = [this] { watchdog_.Disarm(); };
-        for (int i = 0; i < count; ++i) {
-          if (i % kOpsPerWait == 0) {
-            watchdog_.Arm(absl::StrCat("an all-reduce of ", size.bytes, " bytes"));
+        for (int i = 0, group = 0; i < count; ++group) {
+          watchdog_.Arm(absl::StrCat("an all-reduce of ", size.bytes, " bytes"));
+          for (const int end = std::min(count, i + kOpsPerWait); i < end; ++i) {
+            MUSTER_NCCL(ncclAllReduce(in, recv_.ptr, size.count, NcclType(type), ncclSum,
+                                      comm_.comm, stream_.stream));
           }
-          MUSTER_NCCL(ncclAllReduce(in, recv_.ptr, size.count, NcclType(type), ncclSum, comm_.comm,
-                                    stream_.stream));
-          if ((i + 1) % kOpsPerWait == 0) MUSTER_RETURN_IF_ERROR(Wait());
+          MUSTER_CUDA(cudaEventRecord(group_done_[group % 2].event, stream_.stream));
+          if (group > 0) MUSTER_RETURN_IF_ERROR(Wait(group_done_[(group - 1) % 2].event));
         }
+        if (stop != nullptr) MUSTER_CUDA(cudaEventRecord(stop, stream_.stream));
         return Wait();
       };
       MUSTER_RETURN_IF_ERROR(load());
-      MUSTER_RETURN_IF_ERROR(ops(options_.warmup));
-      // Timed in groups with a wait between them; the waits are in the time.
+      // At least one untimed: NCCL connects to peers on first use.
+      MUSTER_RETURN_IF_ERROR(ops(std::max(1, options_.warmup), nullptr));
       MUSTER_CUDA(cudaEventRecord(start_.event, stream_.stream));
-      MUSTER_RETURN_IF_ERROR(ops(options_.iterations));
-      MUSTER_CUDA(cudaEventRecord(stop_.event, stream_.stream));
-      MUSTER_RETURN_IF_ERROR(Wait());
+      MUSTER_RETURN_IF_ERROR(ops(options_.iterations, stop_.event));
       float ms = 0;
       MUSTER_CUDA(cudaEventElapsedTime(&ms, start_.event, stop_.event));
       // The check: fresh values, one more all-reduce, the result to the host.
       MUSTER_RETURN_IF_ERROR(load());
-      MUSTER_RETURN_IF_ERROR(ops(1));
+      MUSTER_RETURN_IF_ERROR(ops(1, nullptr));
       MUSTER_CUDA(cudaMemcpyAsync(host_.data(), recv_.ptr, bytes, cudaMemcpyDeviceToHost,
                                   stream_.stream));
       MUSTER_RETURN_IF_ERROR(Wait());
@@ -176,13 +185,14 @@ class NcclRunner final : public Runner {
   }
 
  private:
-  // The stream's work, or an error: a peer that died shows as an NCCL
-  // asynchronous error, or as no progress until the timeout. It spins, as
-  // nccl-tests does: a sleep here would be in the times of small sizes.
-  absl::Status Wait() {
+  // The stream's work (or `event`'s), or an error: a peer that died shows as
+  // an NCCL asynchronous error, or as no progress until the timeout. It
+  // spins, as nccl-tests does: a sleep here would be in the times of small sizes.
+  absl::Status Wait(cudaEvent_t event = nullptr) {
     const absl::Time deadline = absl::Now() + timeout_;
     while (true) {
-      const cudaError_t state = cudaStreamQuery(stream_.stream);
+      const cudaError_t state =
+          event != nullptr ? cudaEventQuery(event) : cudaStreamQuery(stream_.stream);
       if (state == cudaSuccess) return absl::OkStatus();
       if (state != cudaErrorNotReady) return CudaStatus(state, "the all-reduce");
       ncclResult_t async = ncclSuccess;
@@ -202,9 +212,10 @@ class NcclRunner final : public Runner {
   const WorkerEnv env_;
   const RunnerOptions options_;
   const absl::Duration timeout_;
-  Watchdog watchdog_;  // first: destroyed last, so that it sees the abort through
+  Watchdog watchdog_;  // destroyed after the others, so that it sees the abort through
   Stream stream_;
   Event start_, stop_;
+  Event group_done_[2];
   DeviceBuffer send_, recv_;
   std::vector<char> host_;
   // Last: destroyed first. The abort stops kernels still waiting for a dead

@@ -20,20 +20,19 @@ Watchdog::~Watchdog() {
 void Watchdog::Arm(std::string what) {
   absl::MutexLock lock(&mu_);
   what_ = std::move(what);
-  deadline_ = absl::Now() + limit_;
+  deadline_ = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(limit_);
 }
 
 void Watchdog::Disarm() {
   absl::MutexLock lock(&mu_);
   what_.clear();
-  deadline_ = absl::InfiniteFuture();
 }
 
 void Watchdog::Watch() {
   absl::MutexLock lock(&mu_);
   // Looks ten times a second: limits are seconds.
   while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(100))) {
-    if (!what_.empty() && absl::Now() >= deadline_) {
+    if (!what_.empty() && std::chrono::steady_clock::now() >= deadline_) {
       std::fprintf(stderr,
                    "muster-allreduce: %s: error: %s did not finish within %s; a rank may have "
                    "died or hung\n",

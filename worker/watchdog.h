@@ -7,6 +7,7 @@
 #ifndef MUSTER_WORKER_WATCHDOG_H_
 #define MUSTER_WORKER_WATCHDOG_H_
 
+#include <chrono>
 #include <string>
 #include <thread>
 
@@ -35,7 +36,8 @@ class Watchdog {
   const absl::Duration limit_;
   absl::Mutex mu_;
   std::string what_ ABSL_GUARDED_BY(mu_);  // empty: disarmed
-  absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // A steady clock: a step of the wall clock must not end a healthy rank.
+  std::chrono::steady_clock::time_point deadline_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
