@@ -1,14 +1,22 @@
 #include "worker/env.h"
 
+#include <algorithm>
+#include <map>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/hostlist.h"
 
 namespace muster::worker {
 namespace {
 
 constexpr const char* kHowToRun =
-    "run it under a launcher (muster, torchrun or srun), which sets RANK, WORLD_SIZE, "
-    "LOCAL_RANK, MASTER_ADDR and MASTER_PORT for each worker";
+    "run it under a launcher: muster or torchrun (which set RANK, WORLD_SIZE, LOCAL_RANK, "
+    "MASTER_ADDR and MASTER_PORT for each worker), or srun (SLURM_PROCID, SLURM_NTASKS, "
+    "SLURM_LOCALID)";
+
+using Getter = std::function<std::optional<std::string>(const char*)>;
 
 absl::StatusOr<int> ReadInt(const std::function<std::optional<std::string>(const char*)>& get,
                             const char* name, std::optional<int> fallback, int min, int max) {
@@ -25,10 +33,57 @@ absl::StatusOr<int> ReadInt(const std::function<std::optional<std::string>(const
   return parsed;
 }
 
-}  // namespace
+// Under srun with no launcher in between, Slurm's variables stand in for the
+// standard ones that are not set: the values, and a line that says whence.
+struct StandIns {
+  std::map<std::string, std::string> values;
+  std::string description;
+};
 
-absl::StatusOr<WorkerEnv> ReadWorkerEnv(
-    const std::function<std::optional<std::string>(const char*)>& get) {
+absl::StatusOr<StandIns> SlurmStandIns(const Getter& get) {
+  StandIns out;
+  std::vector<std::string> said;
+  auto stand_in = [&](const char* name, const std::string& value, const std::string& whence) {
+    if (get(name)) return;  // the standard variable wins
+    out.values[name] = value;
+    said.push_back(absl::StrCat(name, " ", value, " (", whence, ")"));
+  };
+  stand_in("RANK", *get("SLURM_PROCID"), "SLURM_PROCID");
+  const char* tasks = get("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+  if (!get(tasks) && !get("WORLD_SIZE")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SLURM_PROCID is set but neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS is; ", kHowToRun));
+  }
+  if (get(tasks)) stand_in("WORLD_SIZE", *get(tasks), tasks);
+  if (get("SLURM_LOCALID")) stand_in("LOCAL_RANK", *get("SLURM_LOCALID"), "SLURM_LOCALID");
+  if (!get("MASTER_ADDR")) {
+    for (const char* list : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+      if (!get(list)) continue;
+      absl::StatusOr<std::vector<std::string>> hosts = muster::ExpandHostlist(*get(list));
+      if (!hosts.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(list, ": ", hosts.status().message()));
+      }
+      if (!hosts->empty()) {
+        stand_in("MASTER_ADDR", hosts->front(), absl::StrCat("the first host of ", list));
+      }
+      break;
+    }
+  }
+  // A port of this job step's own, 10000-19999: below Linux's ephemeral
+  // ports and apart from muster's rendezvous ports (20000 + job id mod 10000).
+  if (!get("MASTER_PORT")) {
+    int64_t job = 0, step = 0;
+    if (get("SLURM_JOB_ID") && absl::SimpleAtoi(*get("SLURM_JOB_ID"), &job) && job >= 0) {
+      if (get("SLURM_STEP_ID")) absl::SimpleAtoi(*get("SLURM_STEP_ID"), &step);
+      stand_in("MASTER_PORT", absl::StrCat(10000 + (job * 100 + std::max<int64_t>(step, 0)) % 10000),
+               "from SLURM_JOB_ID and SLURM_STEP_ID");
+    }
+  }
+  out.description = absl::StrCat("under srun: ", absl::StrJoin(said, ", "));
+  return out;
+}
+
+absl::StatusOr<WorkerEnv> ReadStandard(const Getter& get) {
   WorkerEnv env;
   absl::StatusOr<int> world = ReadInt(get, "WORLD_SIZE", std::nullopt, 1, 1 << 20);
   if (!world.ok()) return world.status();
@@ -72,6 +127,22 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv(
     env.agent_store = true;
     env.bootstrap_port = env.master_port + 1;
   }
+  return env;
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerEnv> ReadWorkerEnv(const Getter& get) {
+  if (get("RANK") || !get("SLURM_PROCID")) return ReadStandard(get);
+  absl::StatusOr<StandIns> stand_ins = SlurmStandIns(get);
+  if (!stand_ins.ok()) return stand_ins.status();
+  absl::StatusOr<WorkerEnv> env = ReadStandard([&](const char* name) -> std::optional<std::string> {
+    if (std::optional<std::string> value = get(name)) return value;
+    auto it = stand_ins->values.find(name);
+    if (it == stand_ins->values.end()) return std::nullopt;
+    return it->second;
+  });
+  if (env.ok()) env->under = stand_ins->description;
   return env;
 }
 

@@ -1,6 +1,7 @@
 // The standard environment a worker reads (RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE), checked, so that
-// muster-allreduce runs the same under muster, torchrun or srun.
+// muster-allreduce runs the same under muster, torchrun or srun. Under srun
+// itself, with no launcher in between, Slurm's variables stand in.
 #ifndef MUSTER_WORKER_ENV_H_
 #define MUSTER_WORKER_ENV_H_
 
@@ -24,13 +25,22 @@ struct WorkerEnv {
   // every rendezvous since PyTorch 2.4): then MASTER_PORT + 1.
   int bootstrap_port = 0;
   bool agent_store = false;
+  // Where Slurm's variables stood in: what came from which ("under srun:
+  // RANK 3 (SLURM_PROCID), ..."); empty otherwise.
+  std::string under;
 };
 
 // "MASTER_PORT" or "MASTER_PORT+1", with the port: for messages.
 std::string BootstrapPortName(const WorkerEnv& env);
 
 // Reads the variables through `get` (getenv in the binary). Every error is
-// kInvalidArgument and names the variable, its value and the fix.
+// kInvalidArgument and names the variable, its value and the fix. Where RANK
+// is not set but SLURM_PROCID is (srun started this rank itself), each
+// standard variable that is not set comes from Slurm's: RANK from
+// SLURM_PROCID, WORLD_SIZE from SLURM_STEP_NUM_TASKS (or SLURM_NTASKS),
+// LOCAL_RANK from SLURM_LOCALID, MASTER_ADDR the first host of
+// SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST), MASTER_PORT 10000 + (job id x
+// 100 + step id) mod 10000, a port of the job step's own.
 absl::StatusOr<WorkerEnv> ReadWorkerEnv(
     const std::function<std::optional<std::string>(const char*)>& get);
 

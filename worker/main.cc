@@ -181,6 +181,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "muster-allreduce: error: %s\n", std::string(env.status().message()).c_str());
     return kExitUsage;
   }
+  if (env->rank == 0 && !env->under.empty()) {
+    std::fprintf(stderr, "muster-allreduce: %s\n", env->under.c_str());
+  }
   absl::StatusOr<DataType> type = ParseDataType(options.dtype);
   absl::StatusOr<int64_t> min_bytes = ParseBytes(options.min_bytes);
   absl::StatusOr<int64_t> max_bytes = ParseBytes(options.max_bytes);
@@ -338,8 +341,10 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
     summary.results.push_back(row);
   }
-  if (absl::Status finished = runner->Finish(); !finished.ok()) return Fail(*env, finished);
-  if (env->rank != 0) return 0;  // rank 0 says whether the results were right
+  if (env->rank != 0) {  // rank 0 says whether the results were right
+    if (absl::Status finished = runner->Finish(); !finished.ok()) return Fail(*env, finished);
+    return 0;
+  }
 
   int64_t wrong = 0;
   for (const SizeResult& r : summary.results) wrong += r.wrong + r.inplace_wrong;
@@ -353,6 +358,8 @@ int Main(int argc, char** argv) {
       return kExitWrong;
     }
   }
+  // After the verdict and the JSON, so that a failure here loses neither.
+  if (absl::Status finished = runner->Finish(); !finished.ok()) return Fail(*env, finished);
   if (wrong != 0) {
     std::fprintf(stderr, "muster-allreduce: %lld wrong values: the all-reduce is broken\n",
                  static_cast<long long>(wrong));

@@ -77,6 +77,14 @@ class RealSlurm(SlurmCluster):
         self.assertIn("2 ranks", output)
         self.assertIn("# Wrong values         : 0 OK", output)
 
+    def test_allreduce_with_a_task_per_rank_reads_slurms_variables(self):
+        code, output = self.sbatch("allreduce-tasks.sbatch", "-e", "1M", "--backend", "tcp")
+        self.assertEqual(code, 0, output)
+        self.assertIn("4 ranks, backend tcp", output)
+        self.assertIn("# Wrong values         : 0 OK", output)
+        self.assertIn("RANK 0 (SLURM_PROCID)", output)
+        self.assertIn("MASTER_ADDR node1 (the first host of SLURM_STEP_NODELIST)", output)
+
     def test_single_node_runs_the_real_pytorch_ddp_script(self):
         code, output = self.sbatch("single-node.sbatch", "--epochs", "1", timeout=300,
                                    TRAIN=os.path.join(ROOT, "examples", "ddp_train.py"),

@@ -62,6 +62,72 @@ TEST(ReadWorkerEnvTest, BootstrapsOnTheNextPortWhereTheLaunchersStoreHoldsMaster
   }
 }
 
+// What srun sets for task 5 of 8 in job 4242, step 3, on the second node.
+const std::map<std::string, std::string> kSrun = {{"SLURM_PROCID", "5"},
+                                                  {"SLURM_NTASKS", "8"},
+                                                  {"SLURM_STEP_NUM_TASKS", "8"},
+                                                  {"SLURM_LOCALID", "1"},
+                                                  {"SLURM_STEP_NODELIST", "gpu[07-10]"},
+                                                  {"SLURM_JOB_NODELIST", "gpu[01-10]"},
+                                                  {"SLURM_JOB_ID", "4242"},
+                                                  {"SLURM_STEP_ID", "3"}};
+
+TEST(ReadWorkerEnvTest, UnderSrunSlurmsVariablesStandIn) {
+  absl::StatusOr<WorkerEnv> env = Read(kSrun);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->rank, 5);
+  EXPECT_EQ(env->world_size, 8);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->master_addr, "gpu07");  // the step's first node, not the job's
+  EXPECT_EQ(env->master_port, 10000 + (4242 * 100 + 3) % 10000);
+  EXPECT_EQ(env->bootstrap_port, env->master_port);
+  EXPECT_THAT(env->under, AllOf(HasSubstr("under srun"), HasSubstr("RANK 5 (SLURM_PROCID)"),
+                                HasSubstr("WORLD_SIZE 8 (SLURM_STEP_NUM_TASKS)"),
+                                HasSubstr("MASTER_ADDR gpu07 (the first host of SLURM_STEP_NODELIST)")));
+  // Another step of the job gets another port.
+  auto next_step = kSrun;
+  next_step["SLURM_STEP_ID"] = "4";
+  EXPECT_EQ(Read(next_step)->master_port, env->master_port + 1);
+}
+
+TEST(ReadWorkerEnvTest, UnderSrunTheStandardVariablesWin) {
+  auto vars = kSrun;
+  vars["MASTER_ADDR"] = "10.0.0.9";
+  vars["MASTER_PORT"] = "29500";
+  absl::StatusOr<WorkerEnv> env = Read(vars);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->master_addr, "10.0.0.9");
+  EXPECT_EQ(env->master_port, 29500);
+  EXPECT_EQ(env->rank, 5);
+  EXPECT_THAT(env->under, ::testing::Not(HasSubstr("MASTER")));
+  // A launcher inside the step (muster, torchrun) sets RANK: Slurm's are ignored.
+  absl::StatusOr<WorkerEnv> launched = Read([] {
+    auto both = kGood;
+    both.insert(kSrun.begin(), kSrun.end());
+    return both;
+  }());
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->rank, 3);
+  EXPECT_EQ(launched->world_size, 8);
+  EXPECT_EQ(launched->master_addr, "10.0.0.1");
+  EXPECT_TRUE(launched->under.empty());
+}
+
+TEST(ReadWorkerEnvTest, UnderSrunMissingOrBadVariablesAreNamed) {
+  auto without_tasks = kSrun;
+  without_tasks.erase("SLURM_NTASKS");
+  without_tasks.erase("SLURM_STEP_NUM_TASKS");
+  EXPECT_THAT(Read(without_tasks).status().message(),
+              AllOf(HasSubstr("SLURM_PROCID is set but neither"), HasSubstr("SLURM_NTASKS")));
+  auto bad_list = kSrun;
+  bad_list["SLURM_STEP_NODELIST"] = "gpu[07-";
+  EXPECT_THAT(Read(bad_list).status().message(), HasSubstr("SLURM_STEP_NODELIST"));
+  auto no_list = kSrun;
+  no_list.erase("SLURM_STEP_NODELIST");
+  no_list.erase("SLURM_JOB_NODELIST");
+  EXPECT_THAT(Read(no_list).status().message(), HasSubstr("MASTER_ADDR is not set"));
+}
+
 TEST(ReadWorkerEnvTest, OneRankNeedsNoMaster) {
   absl::StatusOr<WorkerEnv> env = Read({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
   ASSERT_TRUE(env.ok()) << env.status();
