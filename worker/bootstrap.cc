@@ -62,6 +62,23 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
       if (!RecvMessage(fd->get(), &hello, std::min(deadline, absl::Now() + absl::Seconds(5))).ok()) {
         continue;
       }
+      // Another job's rank, at a port it should not share with this one:
+      // turned away, and this job goes on.
+      if (hello.job() != me.job()) {
+        Welcome refused;
+        refused.set_error(absl::StrCat(
+            "rank 0 at ", env.master_addr, ":", env.bootstrap_port, " belongs to ",
+            me.job().empty() ? "a job with no id" : me.job(), ", not to ",
+            hello.job().empty() ? "this rank's job, which has no id" : hello.job(),
+            "; give each job its own MASTER_PORT"));
+        refused.set_error_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+        SendMessage(fd->get(), refused, std::min(deadline, absl::Now() + absl::Seconds(2)))
+            .IgnoreError();
+        std::fprintf(stderr, "muster-allreduce: turned away rank %d of %s, which reached this "
+                     "job's port\n", hello.rank(),
+                     hello.job().empty() ? "a job with no id" : hello.job().c_str());
+        continue;
+      }
       if (hello.world_size() != env.world_size || hello.rank() <= 0 ||
           hello.rank() >= env.world_size || out.ranks[hello.rank()].valid()) {
         Welcome refused;
@@ -110,7 +127,7 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
   if (options.backend == "shm" && !elsewhere.empty()) {
     return FailAll(out.ranks, absl::InvalidArgumentError(absl::StrCat(
         "--backend shm, but rank(s) ", absl::StrJoin(elsewhere, ", "),
-        " run on another machine than rank 0; use --backend tcp or auto")));
+        " run on another machine than rank 0, or see another /dev/shm; use --backend tcp or auto")));
   }
   // auto: NCCL where every rank has a GPU, else shared memory on one
   // machine, else TCP.

@@ -38,6 +38,7 @@ absl::StatusOr<int> ReadInt(const std::function<std::optional<std::string>(const
 struct StandIns {
   std::map<std::string, std::string> values;
   std::string description;
+  std::string job;  // "Slurm job J step S"
 };
 
 absl::StatusOr<StandIns> SlurmStandIns(const Getter& get) {
@@ -49,12 +50,7 @@ absl::StatusOr<StandIns> SlurmStandIns(const Getter& get) {
     said.push_back(absl::StrCat(name, " ", value, " (", whence, ")"));
   };
   stand_in("RANK", *get("SLURM_PROCID"), "SLURM_PROCID");
-  const char* tasks = get("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
-  if (!get(tasks) && !get("WORLD_SIZE")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SLURM_PROCID is set but neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS is; ", kHowToRun));
-  }
-  if (get(tasks)) stand_in("WORLD_SIZE", *get(tasks), tasks);
+  stand_in("WORLD_SIZE", *get("SLURM_STEP_NUM_TASKS"), "SLURM_STEP_NUM_TASKS");
   if (get("SLURM_LOCALID")) stand_in("LOCAL_RANK", *get("SLURM_LOCALID"), "SLURM_LOCALID");
   if (!get("MASTER_ADDR")) {
     for (const char* list : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
@@ -71,14 +67,23 @@ absl::StatusOr<StandIns> SlurmStandIns(const Getter& get) {
   }
   // A port of this job step's own, 10000-19999: below Linux's ephemeral
   // ports and apart from muster's rendezvous ports (20000 + job id mod 10000).
-  if (!get("MASTER_PORT")) {
-    int64_t job = 0, step = 0;
-    if (get("SLURM_JOB_ID") && absl::SimpleAtoi(*get("SLURM_JOB_ID"), &job) && job >= 0) {
-      if (get("SLURM_STEP_ID")) absl::SimpleAtoi(*get("SLURM_STEP_ID"), &step);
-      stand_in("MASTER_PORT", absl::StrCat(10000 + (job * 100 + std::max<int64_t>(step, 0)) % 10000),
-               "from SLURM_JOB_ID and SLURM_STEP_ID");
-    }
+  int64_t job = -1, step = 0;
+  if (!get("SLURM_JOB_ID") || !absl::SimpleAtoi(*get("SLURM_JOB_ID"), &job) || job < 0) {
+    job = -1;
   }
+  if (!get("SLURM_STEP_ID") || !absl::SimpleAtoi(*get("SLURM_STEP_ID"), &step) || step < 0) {
+    step = 0;
+  }
+  if (!get("MASTER_PORT")) {
+    if (job < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "under srun, MASTER_PORT comes from SLURM_JOB_ID, which is '",
+          get("SLURM_JOB_ID").value_or("not set"), "'; set MASTER_PORT"));
+    }
+    stand_in("MASTER_PORT", absl::StrCat(10000 + job % 100 * 100 + step % 100),
+             "from SLURM_JOB_ID and SLURM_STEP_ID");
+  }
+  if (job >= 0) out.job = absl::StrCat("Slurm job ", job, " step ", step);
   out.description = absl::StrCat("under srun: ", absl::StrJoin(said, ", "));
   return out;
 }
@@ -133,7 +138,13 @@ absl::StatusOr<WorkerEnv> ReadStandard(const Getter& get) {
 }  // namespace
 
 absl::StatusOr<WorkerEnv> ReadWorkerEnv(const Getter& get) {
-  if (get("RANK") || !get("SLURM_PROCID")) return ReadStandard(get);
+  // An srun task: the batch script itself, and what it starts without srun,
+  // has SLURM_PROCID (0) but no SLURM_STEP_NUM_TASKS.
+  if (get("RANK") || !get("SLURM_PROCID") || !get("SLURM_STEP_NUM_TASKS")) {
+    absl::StatusOr<WorkerEnv> env = ReadStandard(get);
+    if (env.ok()) env->job = get("TORCHELASTIC_RUN_ID").value_or("");
+    return env;
+  }
   absl::StatusOr<StandIns> stand_ins = SlurmStandIns(get);
   if (!stand_ins.ok()) return stand_ins.status();
   absl::StatusOr<WorkerEnv> env = ReadStandard([&](const char* name) -> std::optional<std::string> {
@@ -142,7 +153,10 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv(const Getter& get) {
     if (it == stand_ins->values.end()) return std::nullopt;
     return it->second;
   });
-  if (env.ok()) env->under = stand_ins->description;
+  if (env.ok()) {
+    env->under = stand_ins->description;
+    env->job = stand_ins->job;
+  }
   return env;
 }
 

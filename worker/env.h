@@ -28,6 +28,10 @@ struct WorkerEnv {
   // Where Slurm's variables stood in: what came from which ("under srun:
   // RANK 3 (SLURM_PROCID), ..."); empty otherwise.
   std::string under;
+  // Which job this rank belongs to, where that is known: the launcher's
+  // TORCHELASTIC_RUN_ID, or "Slurm job J step S". Rank 0 turns away a rank
+  // of another job that reaches its port.
+  std::string job;
 };
 
 // "MASTER_PORT" or "MASTER_PORT+1", with the port: for messages.
@@ -35,12 +39,12 @@ std::string BootstrapPortName(const WorkerEnv& env);
 
 // Reads the variables through `get` (getenv in the binary). Every error is
 // kInvalidArgument and names the variable, its value and the fix. Where RANK
-// is not set but SLURM_PROCID is (srun started this rank itself), each
-// standard variable that is not set comes from Slurm's: RANK from
-// SLURM_PROCID, WORLD_SIZE from SLURM_STEP_NUM_TASKS (or SLURM_NTASKS),
-// LOCAL_RANK from SLURM_LOCALID, MASTER_ADDR the first host of
-// SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST), MASTER_PORT 10000 + (job id x
-// 100 + step id) mod 10000, a port of the job step's own.
+// is not set but srun started this rank itself (SLURM_PROCID and
+// SLURM_STEP_NUM_TASKS are set), each standard variable that is not set
+// comes from Slurm's: RANK from SLURM_PROCID, WORLD_SIZE from
+// SLURM_STEP_NUM_TASKS, LOCAL_RANK from SLURM_LOCALID, MASTER_ADDR the first
+// host of SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST, SLURM_NODELIST),
+// MASTER_PORT 10000 + (job id mod 100) x 100 + step id mod 100.
 absl::StatusOr<WorkerEnv> ReadWorkerEnv(
     const std::function<std::optional<std::string>(const char*)>& get);
 

@@ -63,7 +63,8 @@ std::string MachineId() {
   std::string id;
   std::getline(in, id);
   struct stat shm {};
-  if (stat("/dev/shm", &shm) != 0) return absl::StrCat(id, " without /dev/shm");
+  // Without /dev/shm, no rank shares memory with another: an id of its own.
+  if (stat("/dev/shm", &shm) != 0) return absl::StrCat(id, " without /dev/shm, pid ", getpid());
   return absl::StrCat(id, " /dev/shm ", shm.st_dev, ":", shm.st_ino);
 }
 
@@ -199,6 +200,7 @@ int Main(int argc, char** argv) {
   me.set_world_size(env->world_size);
   me.set_host(HostName());
   me.set_machine(MachineId());
+  me.set_job(env->job);
   // Every rank must run the same sweep; rank 0 compares.
   me.set_sweep(absl::StrCat("-b ", options.min_bytes, " -e ", options.max_bytes, " -f ",
                             options.factor, " -d ", options.dtype, " -n ", options.iterations,
@@ -350,16 +352,16 @@ int Main(int argc, char** argv) {
   for (const SizeResult& r : summary.results) wrong += r.wrong + r.inplace_wrong;
   std::printf("# Wrong values         : %lld %s\n", static_cast<long long>(wrong), wrong == 0 ? "OK" : "FAILED");
   std::printf("# Avg bus bandwidth    : %.4f GB/s\n", AverageBusBandwidth(summary.results, env->world_size));
+  bool written = true;
   if (!options.json.empty()) {
     std::ofstream out(options.json);
     out << JsonReport(summary);
-    if (!out) {
-      std::fprintf(stderr, "muster-allreduce: cannot write %s\n", options.json.c_str());
-      return kExitWrong;
-    }
+    written = static_cast<bool>(out);
+    if (!written) std::fprintf(stderr, "muster-allreduce: cannot write %s\n", options.json.c_str());
   }
   // After the verdict and the JSON, so that a failure here loses neither.
   if (absl::Status finished = runner->Finish(); !finished.ok()) return Fail(*env, finished);
+  if (!written) return kExitWrong;
   if (wrong != 0) {
     std::fprintf(stderr, "muster-allreduce: %lld wrong values: the all-reduce is broken\n",
                  static_cast<long long>(wrong));

@@ -13,7 +13,10 @@ import unittest
 from harness import MUSTER, ROOT, TempDirTest, env, muster, torchrun, wait_for
 
 HAVE_GPU = os.path.exists("/dev/nvidia0")
-GPUS = len([d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)])
+# The GPUs the ranks see: CUDA_VISIBLE_DEVICES's entries where it is set.
+GPUS = (len([d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()])
+        if "CUDA_VISIBLE_DEVICES" in os.environ
+        else len([d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)]))
 ALLREDUCE = os.environ.get("ALLREDUCE", os.path.join(ROOT, "build", "launcher", "muster-allreduce"))
 ROW = re.compile(r"^\[rank 0\]:\s+(\d+)\s+(\d+)\s+(\w+)\s+sum\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)"
                  r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)$", re.M)
@@ -30,10 +33,10 @@ def rows(output):
     return [(int(m[1]), int(m[2]), m[3], int(m[7]), int(m[11])) for m in ROW.finditer(output)]
 
 
-def start_ranks(world, ranks, *args, rank0_out=None, args_of=None, **extra):
+def start_ranks(world, ranks, *args, rank0_out=None, args_of=None, port=None, **extra):
     """Ranks started by hand, as a launcher would, with their own pipes (rank 0's
     stdout to the file rank0_out, when given). args_of(rank) overrides args."""
-    port = free_port()
+    port = port or free_port()
     procs = {}
     for rank in ranks:
         e = env(RANK=rank, WORLD_SIZE=world, LOCAL_RANK=rank, MASTER_ADDR="127.0.0.1",
@@ -177,6 +180,20 @@ class OnGpus(TempDirTest):
 
 
 class Failures(TempDirTest):
+    def test_a_rank_of_another_job_is_turned_away_and_this_job_goes_on(self):
+        port = free_port()
+        args = ("-b", "8", "-e", "1K", "-n", "2", "-w", "1", "--timeout", "20")
+        job_a = start_ranks(2, [0], *args, port=port, TORCHELASTIC_RUN_ID="job-a")
+        stray = finish(start_ranks(2, [1], *args, port=port, TORCHELASTIC_RUN_ID="job-b"), 20)
+        code, _, stderr = stray[1]
+        self.assertEqual(code, 2, stderr)
+        self.assertIn("belongs to job-a, not to job-b; give each job its own MASTER_PORT", stderr)
+        job_a.update(start_ranks(2, [1], *args, port=port, TORCHELASTIC_RUN_ID="job-a"))
+        out = finish(job_a, timeout=30)
+        self.assertEqual([out[0][0], out[1][0]], [0, 0], out)
+        self.assertIn("turned away rank 1 of job-b", out[0][2])
+        self.assertIn("# Wrong values         : 0 OK", out[0][1])
+
     def test_a_rank_killed_mid_run_fails_the_others_within_the_timeout(self):
         for backend in ("shm", "tcp"):
             with self.subTest(backend=backend):

@@ -2,6 +2,8 @@
 
 #include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -79,15 +81,33 @@ TEST(ReadWorkerEnvTest, UnderSrunSlurmsVariablesStandIn) {
   EXPECT_EQ(env->world_size, 8);
   EXPECT_EQ(env->local_rank, 1);
   EXPECT_EQ(env->master_addr, "gpu07");  // the step's first node, not the job's
-  EXPECT_EQ(env->master_port, 10000 + (4242 * 100 + 3) % 10000);
+  EXPECT_EQ(env->master_port, 10000 + 42 * 100 + 3);
   EXPECT_EQ(env->bootstrap_port, env->master_port);
+  EXPECT_EQ(env->job, "Slurm job 4242 step 3");
   EXPECT_THAT(env->under, AllOf(HasSubstr("under srun"), HasSubstr("RANK 5 (SLURM_PROCID)"),
                                 HasSubstr("WORLD_SIZE 8 (SLURM_STEP_NUM_TASKS)"),
                                 HasSubstr("MASTER_ADDR gpu07 (the first host of SLURM_STEP_NODELIST)")));
-  // Another step of the job gets another port.
-  auto next_step = kSrun;
-  next_step["SLURM_STEP_ID"] = "4";
-  EXPECT_EQ(Read(next_step)->master_port, env->master_port + 1);
+}
+
+TEST(ReadWorkerEnvTest, UnderSrunEachStepHasAPortInItsOwnRange) {
+  auto vars = kSrun;
+  for (const auto& [job, step, port] : std::vector<std::tuple<const char*, const char*, int>>{
+           {"4242", "4", 14204},
+           {"4242", "104", 14204},  // steps wrap at 100
+           {"99", "0", 19900},
+           {"100", "0", 10000},
+           {"4294967295", "99", 10000 + 95 * 100 + 99},
+           {"123456789012345678", "7", 10000 + 78 * 100 + 7},  // no overflow
+           {"4242", "x", 14200},  // not a number: step 0
+       }) {
+    vars["SLURM_JOB_ID"] = job;
+    vars["SLURM_STEP_ID"] = step;
+    absl::StatusOr<WorkerEnv> env = Read(vars);
+    ASSERT_TRUE(env.ok()) << env.status();
+    EXPECT_EQ(env->master_port, port) << job << "." << step;
+    EXPECT_GE(env->master_port, 10000);
+    EXPECT_LE(env->master_port, 19999);
+  }
 }
 
 TEST(ReadWorkerEnvTest, UnderSrunTheStandardVariablesWin) {
@@ -113,12 +133,34 @@ TEST(ReadWorkerEnvTest, UnderSrunTheStandardVariablesWin) {
   EXPECT_TRUE(launched->under.empty());
 }
 
+TEST(ReadWorkerEnvTest, TheBatchScriptItselfIsNoSrunTask) {
+  // sbatch's script has SLURM_PROCID=0 and SLURM_NTASKS, but no step.
+  auto batch = kSrun;
+  batch["SLURM_PROCID"] = "0";
+  batch.erase("SLURM_STEP_NUM_TASKS");
+  batch.erase("SLURM_STEP_ID");
+  batch.erase("SLURM_STEP_NODELIST");
+  EXPECT_THAT(Read(batch).status().message(),
+              AllOf(HasSubstr("WORLD_SIZE is not set"), HasSubstr("srun")));
+}
+
+TEST(ReadWorkerEnvTest, TheJobIsTheLaunchersRunId) {
+  auto vars = kGood;
+  vars["TORCHELASTIC_RUN_ID"] = "check-7";
+  EXPECT_EQ(Read(vars)->job, "check-7");
+  EXPECT_EQ(Read(kGood)->job, "");
+}
+
 TEST(ReadWorkerEnvTest, UnderSrunMissingOrBadVariablesAreNamed) {
-  auto without_tasks = kSrun;
-  without_tasks.erase("SLURM_NTASKS");
-  without_tasks.erase("SLURM_STEP_NUM_TASKS");
-  EXPECT_THAT(Read(without_tasks).status().message(),
-              AllOf(HasSubstr("SLURM_PROCID is set but neither"), HasSubstr("SLURM_NTASKS")));
+  for (const char* job : {"", "abc", "-3"}) {
+    auto bad_job = kSrun;
+    bad_job["SLURM_JOB_ID"] = job;
+    EXPECT_THAT(Read(bad_job).status().message(),
+                AllOf(HasSubstr("SLURM_JOB_ID"), HasSubstr("set MASTER_PORT")))
+        << job;
+    bad_job["MASTER_PORT"] = "29500";  // then no port is needed from it
+    EXPECT_TRUE(Read(bad_job).ok()) << job;
+  }
   auto bad_list = kSrun;
   bad_list["SLURM_STEP_NODELIST"] = "gpu[07-";
   EXPECT_THAT(Read(bad_list).status().message(), HasSubstr("SLURM_STEP_NODELIST"));

@@ -19,10 +19,10 @@ TEST(WatchdogTest, ADisarmedStepNeverFires) {
 }
 
 TEST(WatchdogTest, EachArmStartsTheClockAgain) {
-  Watchdog watchdog("rank 1", absl::Milliseconds(300));
+  Watchdog watchdog("rank 1", absl::Milliseconds(800));
   for (int i = 0; i < 4; ++i) {
     watchdog.Arm("a step");
-    absl::SleepFor(absl::Milliseconds(150));  // 600 ms in all, but 150 per step
+    absl::SleepFor(absl::Milliseconds(300));  // 1.2 s in all, but 300 ms per step
   }
   watchdog.Disarm();
 }
