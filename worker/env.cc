@@ -1,6 +1,5 @@
 #include "worker/env.h"
 
-#include <algorithm>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -13,13 +12,13 @@ namespace {
 
 constexpr const char* kHowToRun =
     "run it under a launcher: muster or torchrun (which set RANK, WORLD_SIZE, LOCAL_RANK, "
-    "MASTER_ADDR and MASTER_PORT for each worker), or srun (SLURM_PROCID, SLURM_NTASKS, "
-    "SLURM_LOCALID)";
+    "MASTER_ADDR and MASTER_PORT for each worker), or srun, a task per rank (SLURM_PROCID, "
+    "SLURM_STEP_NUM_TASKS)";
 
 using Getter = std::function<std::optional<std::string>(const char*)>;
 
-absl::StatusOr<int> ReadInt(const std::function<std::optional<std::string>(const char*)>& get,
-                            const char* name, std::optional<int> fallback, int min, int max) {
+absl::StatusOr<int> ReadInt(const Getter& get, const char* name, std::optional<int> fallback,
+                            int min, int max) {
   const std::optional<std::string> value = get(name);
   if (!value) {
     if (fallback) return *fallback;
