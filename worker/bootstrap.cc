@@ -15,16 +15,23 @@
 namespace muster::worker {
 namespace {
 
+// Tells the rank at `fd` that it is refused, and why; it stops with `status`.
+void Refuse(int fd, const absl::Status& status, absl::Time deadline) {
+  Welcome refused;
+  refused.set_error(std::string(status.message()));
+  refused.set_error_code(static_cast<int>(status.code()));
+  SendMessage(fd, refused, deadline).IgnoreError();
+}
+
 // Tells every rank that arrived, then returns the error itself.
 absl::Status FailAll(std::vector<UniqueFd>& ranks, const absl::Status& status) {
-  Welcome failed;
-  failed.set_error(std::string(status.message()));
-  failed.set_error_code(static_cast<int>(status.code()));
   for (UniqueFd& fd : ranks) {
-    if (fd.valid()) SendMessage(fd.get(), failed, absl::Now() + absl::Seconds(2)).IgnoreError();
+    if (fd.valid()) Refuse(fd.get(), status, absl::Now() + absl::Seconds(2));
   }
   return status;
 }
+
+std::string JobName(const std::string& job) { return job.empty() ? "a job with no id" : job; }
 
 absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me,
                                            const BootstrapOptions& options) {
@@ -52,7 +59,7 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
         }
         return FailAll(out.ranks, absl::DeadlineExceededError(absl::StrCat(
             missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
-            missing.size() == 1 ? " never reached" : " never reached", " rank 0 at ",
+            " never reached rank 0 at ",
             env.master_addr, ":", env.bootstrap_port, " within ",
             absl::FormatDuration(options.timeout), " (", arrived, " of ", env.world_size,
             " ranks arrived); is every rank started with the same MASTER_ADDR and MASTER_PORT?")));
@@ -65,41 +72,33 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
       // Another job's rank, at a port it should not share with this one:
       // turned away, and this job goes on.
       if (hello.job() != me.job()) {
-        Welcome refused;
-        refused.set_error(absl::StrCat(
-            "rank 0 at ", env.master_addr, ":", env.bootstrap_port, " belongs to ",
-            me.job().empty() ? "a job with no id" : me.job(), ", not to ",
-            hello.job().empty() ? "this rank's job, which has no id" : hello.job(),
-            "; give each job its own MASTER_PORT"));
-        refused.set_error_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
-        SendMessage(fd->get(), refused, std::min(deadline, absl::Now() + absl::Seconds(2)))
-            .IgnoreError();
+        Refuse(fd->get(),
+               absl::InvalidArgumentError(absl::StrCat(
+                   "rank 0 at ", env.master_addr, ":", env.bootstrap_port, " belongs to ",
+                   JobName(me.job()), ", not to ",
+                   hello.job().empty() ? "this rank's job, which has no id" : hello.job(),
+                   "; give each job its own MASTER_PORT")),
+               std::min(deadline, absl::Now() + absl::Seconds(2)));
         std::fprintf(stderr, "muster-allreduce: turned away rank %d of %s, which reached this "
-                     "job's port\n", hello.rank(),
-                     hello.job().empty() ? "a job with no id" : hello.job().c_str());
+                     "job's port\n", hello.rank(), JobName(hello.job()).c_str());
         continue;
       }
       if (hello.world_size() != env.world_size || hello.rank() <= 0 ||
           hello.rank() >= env.world_size || out.ranks[hello.rank()].valid()) {
-        Welcome refused;
-        refused.set_error(absl::StrCat(
+        const absl::Status refused = absl::InvalidArgumentError(absl::StrCat(
             "rank 0 (WORLD_SIZE ", env.world_size, ") cannot take a rank ", hello.rank(),
             " with WORLD_SIZE ", hello.world_size(),
             hello.rank() > 0 && hello.rank() < env.world_size ? " (it has that rank already)" : "",
             "; every rank needs the same WORLD_SIZE and its own RANK"));
-        refused.set_error_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
-        SendMessage(fd->get(), refused, deadline).IgnoreError();
-        return FailAll(out.ranks, absl::InvalidArgumentError(refused.error()));
+        Refuse(fd->get(), refused, deadline);
+        return FailAll(out.ranks, refused);
       }
       if (hello.sweep() != me.sweep()) {
-        const std::string why = absl::StrCat(
+        const absl::Status refused = absl::InvalidArgumentError(absl::StrCat(
             "rank ", hello.rank(), " (", hello.host(), ") runs '", hello.sweep(), "' but rank 0 runs '",
-            me.sweep(), "'; give every rank the same options");
-        Welcome refused;
-        refused.set_error(why);
-        refused.set_error_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
-        SendMessage(fd->get(), refused, deadline).IgnoreError();
-        return FailAll(out.ranks, absl::InvalidArgumentError(why));
+            me.sweep(), "'; give every rank the same options"));
+        Refuse(fd->get(), refused, deadline);
+        return FailAll(out.ranks, refused);
       }
       addrs[hello.rank()] = PeerAddress(fd->get());
       hellos[hello.rank()] = hello;
