@@ -1,8 +1,10 @@
 // The node agent: joins the rendezvous, starts this node's workers with the
 // torchrun environment, supervises them, and restarts them when the job
-// moves to a new round. One thread runs everything through an epoll loop:
-// child exits and signals arrive on a signalfd, rendezvous results on an
-// eventfd, worker output on pipes.
+// moves to a new round. The rules are ElasticState's (elastic_state.h);
+// this is the edge that carries its actions out: one thread runs an
+// EventLoop (child exits and signals on a signalfd, rendezvous results
+// posted from gRPC's threads, worker output on pipes), the workers are a
+// WorkerGroup started through a ProcessRunner, the time is a Clock.
 #ifndef MUSTER_AGENT_AGENT_H_
 #define MUSTER_AGENT_AGENT_H_
 
@@ -12,14 +14,13 @@
 
 #include "absl/status/statusor.h"
 #include "agent/config.h"
+#include "agent/exit_codes.h"
+#include "agent/process_runner.h"
+#include "common/clock.h"
 #include "rendezvous/client.h"
 
 namespace muster {
 
-// Exit codes of muster (ARCHITECTURE.md, Agent).
-inline constexpr int kExitSuccess = 0;
-inline constexpr int kExitWorkersFailed = 1;
-inline constexpr int kExitUsage = 2;
 
 struct AgentOptions {
   LaunchConfig config;
@@ -32,6 +33,8 @@ struct AgentOptions {
   bool hosts_rendezvous = false;  // the server runs in this process: stay until the job closes
   // Static backend: ranks and master come from the command line, not the round.
   bool static_ranks = false;
+  // KEY=VALUE: the environment each worker's starts from (the agent's own, in muster).
+  std::vector<std::string> base_env;
 };
 
 // The signals an agent handles. Block them in every thread before any
@@ -40,8 +43,10 @@ void BlockAgentSignals();
 
 class Agent {
  public:
-  // `client` talks to the rendezvous server of the job.
-  Agent(AgentOptions options, std::unique_ptr<rdzv::RendezvousClient> client);
+  // `client` talks to the rendezvous server of the job. `runner` (null: the
+  // real one) and `clock` outlive the agent.
+  Agent(AgentOptions options, std::unique_ptr<rdzv::RendezvousClient> client,
+        ProcessRunner* runner = nullptr, Clock& clock = Clock::Real());
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;

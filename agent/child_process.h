@@ -12,15 +12,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "agent/process_runner.h"
 #include "common/unique_fd.h"
 
 namespace muster {
-
-struct ExitStatus {
-  int exit_code = 0;  // when it exited
-  int signal = 0;     // non-zero when a signal ended it
-  bool success() const { return exit_code == 0 && signal == 0; }
-};
 
 // Decodes a status from waitpid().
 ExitStatus DecodeWaitStatus(int wait_status);
@@ -29,14 +24,7 @@ ExitStatus DecodeWaitStatus(int wait_status);
 // directories of `path_env` (a PATH value). Errors name the file and say why.
 absl::StatusOr<std::string> ResolveExecutable(const std::string& name, const std::string& path_env);
 
-struct SpawnOptions {
-  std::string path;               // the program to exec; empty: argv[0] (see ResolveExecutable)
-  std::vector<std::string> argv;
-  std::vector<std::string> env;   // KEY=VALUE
-  bool capture_output = true;     // stdout and stderr to pipes, else inherited
-};
-
-class ChildProcess {
+class ChildProcess final : public Process {
  public:
   // Starts the child (clone with CLONE_VM|CLONE_VFORK, then exec). Call from
   // the thread that lives as long as the agent: PR_SET_PDEATHSIG fires when
@@ -46,22 +34,22 @@ class ChildProcess {
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const SpawnOptions& options);
 
   // A child still running is killed (its whole group) and reaped.
-  ~ChildProcess();
+  ~ChildProcess() override;
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
-  pid_t pid() const { return pid_; }
-  bool exited() const { return exited_; }
+  pid_t pid() const override { return pid_; }
+  bool exited() const override { return exited_; }
   const ExitStatus& exit_status() const { return exit_status_; }
   // Records the exit a waitpid() elsewhere (the agent's reaper) collected.
-  void MarkExited(ExitStatus status);
+  void MarkExited(ExitStatus status) override;
 
   // Sends `sig` to the child's process group; ESRCH (already gone) is fine.
-  void SignalGroup(int sig) const;
+  void SignalGroup(int sig) const override;
 
   // Read ends of the output pipes, non-blocking, close-on-exec; invalid once taken.
-  UniqueFd TakeStdout() { return std::move(stdout_); }
-  UniqueFd TakeStderr() { return std::move(stderr_); }
+  UniqueFd TakeStdout() override { return std::move(stdout_); }
+  UniqueFd TakeStderr() override { return std::move(stderr_); }
 
  private:
   ChildProcess() = default;

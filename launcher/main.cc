@@ -310,6 +310,7 @@ int Main(int argc, char** argv) {
   options.advertised_addr = options.config.local_addr;
   options.hosts_rendezvous = hub != nullptr;
   options.static_ranks = static_backend;
+  options.base_env = EnvironmentEntries();
   absl::StatusOr<int> code = kExitWorkersFailed;
   {
     Agent agent(std::move(options), hub ? rdzv::NewLocalClient(hub, host_addr)

@@ -1,0 +1,507 @@
+#include "agent/elastic_state.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "agent/exit_codes.h"
+
+namespace muster {
+namespace {
+
+using Level = action::Log::Level;
+
+constexpr absl::Duration kWatchRetry = absl::Seconds(1);
+constexpr absl::Duration kProgressInterval = absl::Seconds(5);
+constexpr absl::Duration kFirstProgress = absl::Seconds(2);
+
+bool IsStopSignal(int sig) {
+  return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+}
+
+std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToDoubleSeconds(d)); }
+
+void Log(Actions* out, Level level, std::string text) {
+  out->push_back(action::Log{level, std::move(text)});
+}
+
+}  // namespace
+
+ElasticState::ElasticState(ElasticOptions options) : options_(std::move(options)) {}
+
+Actions ElasticState::Start(absl::Time now) {
+  Actions out;
+  if (phase_ == AgentPhase::kIdle) StartJoin(now, &out);
+  return out;
+}
+
+void ElasticState::StartJoin(absl::Time now, Actions* out) {
+  phase_ = AgentPhase::kJoining;
+  progress_at_ = now + kFirstProgress;
+  out->push_back(action::Join{});
+}
+
+void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::Time now,
+                            Actions* out) {
+  if (phase_ != AgentPhase::kJoining) return;
+  if (!assignment.ok()) {
+    const absl::Status& status = assignment.status();
+    if (!in_job_ && (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) &&
+        !options_.hosts_rendezvous) {
+      ExitFailed(absl::StrCat("no rendezvous answered at ", options_.rdzv_target,
+                              " within join_timeout (", Seconds(options_.join_timeout),
+                              " s): is the node that hosts it (or musterd) running, and is "
+                              "--rdzv-endpoint right? (",
+                              status.message(), ")"),
+                 out);
+    } else {
+      ExitFailed(absl::StrCat("rendezvous at ", options_.rdzv_target, " failed: ", status.message()),
+                 out);
+    }
+    return;
+  }
+  progress_at_.reset();
+  round_ = assignment->round();
+  if (!in_job_) {
+    in_job_ = true;
+    heartbeat_at_ = now + options_.keep_alive_interval;
+  }
+  if (!watch_open_) OpenWatch(out);
+  failures_.clear();
+  live_ = 0;
+  out->push_back(action::StartWorkers{*std::move(assignment), attempts_});
+  ++attempts_;
+}
+
+Actions ElasticState::OnWorkersStarted(int started, std::optional<WorkerFailure> spawn_failure,
+                                       absl::Time now) {
+  Actions out;
+  if (phase_ != AgentPhase::kJoining) return out;
+  live_ = started;
+  phase_ = AgentPhase::kRunning;
+  if (spawn_failure) {
+    failures_.push_back(*spawn_failure);
+    Log(&out, Level::kError,
+        absl::StrCat("rank ", spawn_failure->rank, " could not start: ",
+                     spawn_failure->error ? spawn_failure->error->message : ""));
+    ReportFailureAndStop(*spawn_failure, now, &out);
+  }
+  return out;
+}
+
+void ElasticState::ReportFailureAndStop(const WorkerFailure& failure, absl::Time now,
+                                        Actions* out) {
+  out->push_back(action::ReportFailure{round_, failure});
+  after_stop_ = AfterStop::kAwaitDecision;
+  StopWorkers(SIGTERM, now, out);
+}
+
+void ElasticState::StopWorkers(int sig, absl::Time now, Actions* out) {
+  phase_ = AgentPhase::kStopping;
+  out->push_back(action::SignalWorkers{sig});
+  kill_at_ = now + options_.shutdown_grace;
+  if (live_ == 0) OnAllStopped(now, out);
+}
+
+void ElasticState::OnAllStopped(absl::Time now, Actions* out) {
+  kill_at_.reset();
+  switch (after_stop_) {
+    case AfterStop::kAwaitDecision:
+      break;  // the rendezvous decides: a new round, or the end of the job
+    case AfterStop::kRejoin:
+      StartJoin(now, out);
+      break;
+    case AfterStop::kExitFailed:
+      ExitFailed(closed_ ? closed_->reason() : "", out);
+      break;
+    case AfterStop::kExitSignal:
+      Finish(128 + stop_signal_, out);
+      break;
+  }
+}
+
+Actions ElasticState::OnWorkerExit(const ExitStatus& status, const WorkerFailure& failure,
+                                   absl::Time now) {
+  Actions out;
+  if (phase_ == AgentPhase::kExiting || live_ == 0) return out;
+  --live_;
+  if (phase_ == AgentPhase::kRunning) {
+    if (!status.success()) {
+      failures_.push_back(failure);
+      Log(&out, Level::kError,
+          absl::StrCat("rank ", failure.rank, " (local rank ", failure.local_rank, ", pid ",
+                       failure.pid, ") failed: ", DescribeExit(failure),
+                       "; stopping the other workers"));
+      ReportFailureAndStop(failure, now, &out);
+      return out;
+    }
+    if (live_ == 0) {
+      phase_ = AgentPhase::kFinishing;
+      out.push_back(action::ReportDone{round_});
+    }
+    return out;
+  }
+  if (phase_ == AgentPhase::kStopping) {
+    // A worker that failed on its own while we were stopping the group is
+    // worth reporting; one that died of our stop signal is not.
+    if (!status.success() && status.signal != SIGTERM && status.signal != SIGKILL &&
+        status.signal != stop_signal_ && after_stop_ != AfterStop::kExitSignal) {
+      failures_.push_back(failure);
+    }
+    if (live_ == 0) OnAllStopped(now, &out);
+  }
+  return out;
+}
+
+Actions ElasticState::OnSignal(int sig, absl::Time now) {
+  Actions out;
+  if (phase_ == AgentPhase::kExiting) return out;
+  out.push_back(action::SignalWorkers{sig});
+  if (!IsStopSignal(sig)) {
+    Log(&out, Level::kInfo, absl::StrCat("forwarded ", SignalName(sig), " to ", live_, " worker(s)"));
+    return out;
+  }
+  if (stop_signal_ != 0) {
+    // A second stop signal (Ctrl-C twice): do not wait out the grace period.
+    Log(&out, Level::kWarn, absl::StrCat(SignalName(sig), " again: killing the workers now"));
+    out.push_back(action::SignalWorkers{SIGKILL});
+    return out;
+  }
+  stop_signal_ = sig;
+  Log(&out, Level::kWarn,
+      absl::StrCat("received ", SignalName(sig), ": stopping ", live_, " worker(s) (grace ",
+                   absl::StrFormat("%.1f", absl::ToDoubleSeconds(options_.shutdown_grace)),
+                   " s)"));
+  if (phase_ == AgentPhase::kRunning || phase_ == AgentPhase::kStopping) {
+    after_stop_ = AfterStop::kExitSignal;
+    if (phase_ == AgentPhase::kRunning) {
+      phase_ = AgentPhase::kStopping;
+      kill_at_ = now + options_.shutdown_grace;
+    }
+    // Stopped already, waiting for the rendezvous to decide: nothing to wait for.
+    if (live_ == 0) OnAllStopped(now, &out);
+    return out;
+  }
+  Finish(128 + sig, &out);
+  return out;
+}
+
+Actions ElasticState::OnRdzv(RdzvEvent event, absl::Time now) {
+  Actions out;
+  if (phase_ == AgentPhase::kExiting || phase_ == AgentPhase::kIdle) return out;
+  if (auto* joined = std::get_if<rdzv_event::Joined>(&event)) {
+    OnJoined(std::move(joined->assignment), now, &out);
+  } else if (auto* pushed = std::get_if<rdzv_event::Pushed>(&event)) {
+    if (pushed->event.has_watch_started()) {
+      if (pushed->generation == watch_generation_) {
+        watch_started_ = true;
+        heartbeat_failures_ = 0;  // the server answered: failures so far are not in a row
+      }
+    } else {
+      OnPushed(pushed->event, now, &out);
+    }
+  } else if (auto* ended = std::get_if<rdzv_event::WatchEnded>(&event)) {
+    OnWatchEnded(*ended, now, &out);
+  } else if (auto* reported = std::get_if<rdzv_event::FailureReported>(&event)) {
+    OnFailureReported(reported->status, now, &out);
+  } else if (auto* done = std::get_if<rdzv_event::DoneReported>(&event)) {
+    OnDoneReported(done->status, &out);
+  } else if (auto* beat = std::get_if<rdzv_event::HeartbeatAnswered>(&event)) {
+    OnHeartbeat(beat->round, now, &out);
+  } else if (auto* job = std::get_if<rdzv_event::JobStatusAnswered>(&event)) {
+    if (phase_ == AgentPhase::kJoining) {
+      Log(&out, Level::kInfo, ProgressLine(options_.rdzv_target, job->job));
+    }
+  }
+  return out;
+}
+
+void ElasticState::OnWatchEnded(const rdzv_event::WatchEnded& ended, absl::Time now,
+                                Actions* out) {
+  if (ended.generation != watch_generation_) return;  // a replaced watch
+  watch_open_ = false;
+  if (watch_started_ && heartbeat_at_ && !closed_ && !ended.status.ok()) {
+    // The server's heartbeat timeout for this node starts now: beat at once.
+    heartbeat_at_ = now;
+  }
+  watch_started_ = false;
+  if (!closed_ && !ended.status.ok() && !absl::IsCancelled(ended.status) &&
+      !absl::IsAborted(ended.status)) {
+    // Heartbeats say whether the rendezvous is gone for good; the watch just retries.
+    Log(out, Level::kDebug,
+        absl::StrCat("lost the rendezvous watch stream (", ended.status.message(),
+                     "); reconnecting"));
+    watch_retry_at_ = now + kWatchRetry;
+  }
+}
+
+void ElasticState::OnFailureReported(const absl::Status& status, absl::Time now, Actions* out) {
+  if (status.ok()) return;
+  Log(out, Level::kError,
+      absl::StrCat("could not report the failure to the rendezvous at ", options_.rdzv_target,
+                   ": ", status.message()));
+  if (phase_ == AgentPhase::kStopping && after_stop_ == AfterStop::kAwaitDecision) {
+    after_stop_ = AfterStop::kExitFailed;
+    if (live_ == 0) OnAllStopped(now, out);
+  }
+}
+
+void ElasticState::OnDoneReported(const absl::Status& status, Actions* out) {
+  if (phase_ != AgentPhase::kFinishing) return;
+  if (status.ok()) {
+    // A host stays until the job closes: the other nodes still need it.
+    if (!options_.hosts_rendezvous) Finish(kExitSuccess, out);
+  } else if (absl::IsAborted(status)) {
+    Log(out, Level::kInfo,
+        absl::StrCat("the job moved on while this node finished: ", status.message()));
+  } else {
+    Log(out, Level::kWarn,
+        absl::StrCat("workers succeeded but the rendezvous could not be told: ", status.message()));
+    Finish(kExitSuccess, out);
+  }
+}
+
+void ElasticState::OnPushed(const rdzv::WatchEvent& event, absl::Time now, Actions* out) {
+  if (event.has_round_changed()) {
+    OnRoundChanged(event.round_changed(), now, out);
+  } else if (event.has_job_closed()) {
+    OnJobClosed(event.job_closed(), now, out);
+  }
+}
+
+void ElasticState::OnRoundChanged(const rdzv::RoundChanged& changed, absl::Time now,
+                                  Actions* out) {
+  // Old news, or already being acted on (a push and a heartbeat may both tell).
+  if (changed.new_round() <= std::max(round_, round_seen_)) return;
+  round_seen_ = changed.new_round();
+  Log(out, Level::kInfo,
+      absl::StrCat("job moves to round ", changed.new_round(), ": ", changed.detail()));
+  switch (phase_) {
+    case AgentPhase::kRunning:
+      after_stop_ = AfterStop::kRejoin;
+      StopWorkers(SIGTERM, now, out);
+      break;
+    case AgentPhase::kStopping:
+      if (after_stop_ == AfterStop::kAwaitDecision) {
+        after_stop_ = AfterStop::kRejoin;
+        if (live_ == 0) OnAllStopped(now, out);
+      }
+      break;
+    case AgentPhase::kFinishing:
+      StartJoin(now, out);
+      break;
+    case AgentPhase::kIdle:
+    case AgentPhase::kJoining:
+    case AgentPhase::kExiting:
+      break;
+  }
+}
+
+void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time now,
+                               Actions* out) {
+  const absl::Status& status = answer.status();
+  if (absl::IsCancelled(status)) return;
+  const bool answered =
+      status.ok() || absl::IsNotFound(status) || absl::IsFailedPrecondition(status);
+  if (answered) {
+    if (heartbeat_failures_ > 0) {
+      Log(out, Level::kInfo, absl::StrCat("the rendezvous at ", options_.rdzv_target, " answers again"));
+    }
+    heartbeat_failures_ = 0;
+  }
+  if (status.ok()) {
+    if (*answer > round_ && phase_ != AgentPhase::kJoining) {
+      // A push was lost: the heartbeat answer says the job moved on.
+      rdzv::RoundChanged changed;
+      changed.set_new_round(*answer);
+      changed.set_detail("the job moved on (seen in a heartbeat)");
+      OnRoundChanged(changed, now, out);
+    }
+    return;
+  }
+  if (absl::IsNotFound(status)) {
+    if (phase_ == AgentPhase::kRunning) {
+      // The rendezvous dropped this node (it was silent too long): these
+      // workers are no longer part of the job.
+      Log(out, Level::kWarn,
+          absl::StrCat("the rendezvous dropped this node (", status.message(),
+                       "); stopping the workers and rejoining"));
+      after_stop_ = AfterStop::kRejoin;
+      StopWorkers(SIGTERM, now, out);
+    }
+    return;  // stopping or joining already
+  }
+  if (absl::IsFailedPrecondition(status)) {
+    // The pushed JobClosed, when it came first, says more (the root cause).
+    if (closed_) return;
+    rdzv::JobClosed closed;
+    closed.set_reason(std::string(status.message()));
+    OnJobClosed(closed, now, out);
+    return;
+  }
+  ++heartbeat_failures_;
+  if (heartbeat_failures_ == 1) {
+    Log(out, Level::kWarn,
+        absl::StrCat("heartbeat to the rendezvous at ", options_.rdzv_target,
+                     " failed: ", status.message()));
+  }
+  if (heartbeat_failures_ < options_.keep_alive_max_attempt) return;
+  if (phase_ == AgentPhase::kFinishing) return;  // the pending ReportDone decides
+  const std::string why = absl::StrCat(
+      "the rendezvous at ", options_.rdzv_target, " did not answer ", heartbeat_failures_,
+      " heartbeats in a row (keep_alive_max_attempt); the job cannot go on without it");
+  heartbeat_at_.reset();
+  if (phase_ == AgentPhase::kRunning || phase_ == AgentPhase::kStopping) {
+    Log(out, Level::kError, absl::StrCat(why, "; stopping the workers"));
+    rdzv::JobClosed closed;
+    closed.set_reason(why);
+    closed_ = closed;
+    if (after_stop_ != AfterStop::kExitSignal) after_stop_ = AfterStop::kExitFailed;
+    if (phase_ == AgentPhase::kRunning) {
+      StopWorkers(SIGTERM, now, out);
+    } else if (live_ == 0) {
+      OnAllStopped(now, out);
+    }
+    return;
+  }
+  ExitFailed(why, out);
+}
+
+void ElasticState::OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Actions* out) {
+  closed_ = closed;
+  switch (phase_) {
+    case AgentPhase::kRunning:
+      // Even a job that closed as succeeded cannot use this node's workers any more.
+      Log(out, Level::kWarn,
+          absl::StrCat("the job closed while this node's workers run: ", closed.reason()));
+      after_stop_ = AfterStop::kExitFailed;
+      StopWorkers(SIGTERM, now, out);
+      break;
+    case AgentPhase::kStopping:
+      if (after_stop_ != AfterStop::kExitSignal) {
+        after_stop_ = AfterStop::kExitFailed;
+        if (live_ == 0) OnAllStopped(now, out);
+      }
+      break;
+    case AgentPhase::kFinishing:
+    case AgentPhase::kJoining:
+      if (closed.succeeded()) {
+        Finish(kExitSuccess, out);
+      } else {
+        ExitFailed(closed.reason(), out);
+      }
+      break;
+    case AgentPhase::kIdle:
+    case AgentPhase::kExiting:
+      break;
+  }
+}
+
+Actions ElasticState::OnTimer(absl::Time now) {
+  Actions out;
+  if (phase_ == AgentPhase::kExiting) return out;
+  if (kill_at_ && now >= *kill_at_) {
+    kill_at_.reset();
+    if (live_ > 0) {
+      Log(&out, Level::kWarn,
+          absl::StrCat(live_, " worker(s) still running ",
+                       absl::StrFormat("%.1f", absl::ToDoubleSeconds(options_.shutdown_grace)),
+                       " s after the stop signal; sending SIGKILL"));
+      out.push_back(action::SignalWorkers{SIGKILL});
+    }
+  }
+  if (heartbeat_at_ && now >= *heartbeat_at_) {
+    heartbeat_at_ = now + options_.keep_alive_interval;
+    // The open watch stream is the heartbeat otherwise.
+    if (!watch_started_) out.push_back(action::SendHeartbeat{});
+  }
+  if (progress_at_ && now >= *progress_at_) {
+    progress_at_ = now + kProgressInterval;
+    out.push_back(action::QueryStatus{});
+  }
+  if (watch_retry_at_ && now >= *watch_retry_at_) {
+    watch_retry_at_.reset();
+    OpenWatch(&out);
+  }
+  return out;
+}
+
+std::optional<absl::Time> ElasticState::NextDeadline() const {
+  if (phase_ == AgentPhase::kExiting) return std::nullopt;
+  std::optional<absl::Time> next;
+  for (const auto& t : {kill_at_, heartbeat_at_, watch_retry_at_, progress_at_}) {
+    if (t && (!next || *t < *next)) next = t;
+  }
+  return next;
+}
+
+void ElasticState::OpenWatch(Actions* out) {
+  watch_open_ = true;
+  watch_retry_at_.reset();
+  out->push_back(action::OpenWatch{++watch_generation_, round_});
+}
+
+void ElasticState::ExitFailed(const std::string& why, Actions* out) {
+  std::string report;
+  if (!failures_.empty()) report = FormatFailureReport(options_.script, attempts_, failures_);
+  // The root cause is another node's when none of this node's failures is
+  // it (host names alone cannot tell: several agents may share a host).
+  const bool root_is_remote =
+      closed_ && closed_->has_root_cause() &&
+      std::none_of(failures_.begin(), failures_.end(), [this](const WorkerFailure& f) {
+        return f.rank == closed_->root_cause().rank();
+      });
+  if (root_is_remote) {
+    const rdzv::Failure& root = closed_->root_cause();
+    absl::StrAppend(&report, "Root cause on another node: rank ", root.rank(), " on ", root.host(),
+                    root.signal() != 0 ? absl::StrCat(" (signal ", root.signal(), ")")
+                                       : absl::StrCat(" (exit code ", root.exit_code(), ")"),
+                    root.message().empty() ? "" : ": ", root.message(), "\n");
+  }
+  Finish(kExitWorkersFailed, out);
+  auto& exit = std::get<action::Exit>(out->back());
+  exit.report = std::move(report);
+  exit.why = why;
+  exit.failures_seen = !failures_.empty();
+}
+
+void ElasticState::Finish(int code, Actions* out) {
+  phase_ = AgentPhase::kExiting;
+  action::Exit exit;
+  exit.code = code;
+  if (stop_signal_ != 0 && in_job_) {
+    // Tell the job we left on purpose, so it does not wait out a heartbeat.
+    exit.leave_reason = absl::StrCat("agent stopped by ", SignalName(stop_signal_));
+  }
+  out->push_back(std::move(exit));
+}
+
+std::string ProgressLine(const std::string& rdzv_target,
+                         const absl::StatusOr<rdzv::StatusResponse>& status) {
+  if (!status.ok()) {
+    return absl::StrCat("waiting for the rendezvous at ", rdzv_target, " (",
+                        status.status().message(), ")");
+  }
+  const rdzv::StatusResponse& job = *status;
+  std::string line = absl::StrCat("waiting for nodes: ", job.participants(), "/",
+                                  job.config().max_nodes(), " joined (min ",
+                                  job.config().min_nodes(), ", max ", job.config().max_nodes(),
+                                  ")");
+  if (job.last_call_remaining_ms() >= 0) {
+    absl::StrAppend(&line, ", last call ends in ", (job.last_call_remaining_ms() + 999) / 1000,
+                    " s");
+  }
+  if (job.missing_count() > 0) {
+    absl::StrAppend(&line, "; not back yet: ", absl::StrJoin(job.missing(), ", "));
+    if (job.missing_count() > job.missing_size()) {
+      absl::StrAppend(&line, " and ", job.missing_count() - job.missing_size(), " more");
+    }
+  }
+  return line;
+}
+
+}  // namespace muster

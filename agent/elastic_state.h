@@ -1,0 +1,215 @@
+// The agent's elastic rules as a pure state machine: what a node agent does
+// when its round is assigned, a worker exits, a signal arrives, the
+// rendezvous pushes a new round or closes the job, a heartbeat goes
+// unanswered, or a timer is due. Events go in with the time; actions come
+// out, in the order they are to be carried out. No processes, sockets or
+// clocks: agent.cc carries the actions out, and the tests drive every
+// phase x event pair on fake time.
+#ifndef MUSTER_AGENT_ELASTIC_STATE_H_
+#define MUSTER_AGENT_ELASTIC_STATE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "agent/child_process.h"
+#include "agent/failure_report.h"
+#include "proto/rendezvous.pb.h"
+
+namespace muster {
+
+// What the rules need to know of the launch.
+struct ElasticOptions {
+  std::string script;           // for the failure report's title
+  std::string rdzv_target;      // where the rendezvous is, for messages
+  bool hosts_rendezvous = false;  // the server runs in this process: stay until the job closes
+  absl::Duration join_timeout = absl::Minutes(10);
+  absl::Duration keep_alive_interval = absl::Seconds(5);
+  int keep_alive_max_attempt = 3;
+  absl::Duration shutdown_grace = absl::Seconds(30);
+};
+
+// The phases of an agent. Workers live only in kRunning and kStopping.
+enum class AgentPhase {
+  kIdle,       // not started
+  kJoining,    // a Join is in flight; no workers
+  kRunning,    // this round's workers run
+  kStopping,   // the workers are being stopped (grace, then SIGKILL)
+  kFinishing,  // every worker succeeded; ReportDone is in flight or the job has yet to close
+  kExiting,    // done: Exit was emitted; every later event is ignored
+};
+
+// What to do once every worker of the attempt has stopped.
+enum class AfterStop { kAwaitDecision, kRejoin, kExitFailed, kExitSignal };
+
+// Results of the rendezvous calls, and what its watch stream pushes.
+namespace rdzv_event {
+struct Joined {
+  absl::StatusOr<rdzv::Assignment> assignment;
+};
+// An event of watch `generation` (see OpenWatch).
+struct Pushed {
+  uint64_t generation = 0;
+  rdzv::WatchEvent event;
+};
+struct WatchEnded {
+  uint64_t generation = 0;
+  absl::Status status;
+};
+struct FailureReported {
+  absl::Status status;
+};
+struct DoneReported {
+  absl::Status status;
+};
+struct HeartbeatAnswered {
+  absl::StatusOr<int64_t> round;
+};
+struct JobStatusAnswered {
+  absl::StatusOr<rdzv::StatusResponse> job;
+};
+}  // namespace rdzv_event
+
+using RdzvEvent =
+    std::variant<rdzv_event::Joined, rdzv_event::Pushed, rdzv_event::WatchEnded,
+                 rdzv_event::FailureReported, rdzv_event::DoneReported,
+                 rdzv_event::HeartbeatAnswered, rdzv_event::JobStatusAnswered>;
+
+// What the rules ask of the edges.
+namespace action {
+// Join the job's rendezvous; the answer comes back as rdzv_event::Joined.
+struct Join {};
+// Start this node's workers for `assignment`, attempt number `attempt`
+// (0, 1, ...); then call ElasticState::OnWorkersStarted.
+struct StartWorkers {
+  rdzv::Assignment assignment;
+  int attempt = 0;
+};
+// Send `sig` to the process group of every worker still running.
+struct SignalWorkers {
+  int sig = 0;
+};
+// Tell the rendezvous that a worker of `round` failed.
+struct ReportFailure {
+  int64_t round = -1;
+  WorkerFailure failure;
+};
+// Tell the rendezvous that every worker of `round` succeeded.
+struct ReportDone {
+  int64_t round = -1;
+};
+struct SendHeartbeat {};
+// Open (or replace) the watch stream; its events carry `generation`.
+struct OpenWatch {
+  uint64_t generation = 0;
+  int64_t known_round = -1;
+};
+// Ask the job's status, for the progress line while this node waits.
+struct QueryStatus {};
+struct Log {
+  enum class Level { kDebug, kInfo, kWarn, kError } level = Level::kInfo;
+  std::string text;
+};
+// The agent is done: exit with `code`. Before that, print `report` (the
+// failure table, may be empty) to stderr and log `why` (may be empty) as an
+// error; `failures_seen` says this node had failed workers (their logs are
+// worth pointing at). `leave_reason`: tell the rendezvous this node left.
+struct Exit {
+  int code = 0;
+  std::string report;
+  std::string why;
+  bool failures_seen = false;
+  std::optional<std::string> leave_reason;
+};
+}  // namespace action
+
+using Action = std::variant<action::Join, action::StartWorkers, action::SignalWorkers,
+                            action::ReportFailure, action::ReportDone, action::SendHeartbeat,
+                            action::OpenWatch, action::QueryStatus, action::Log, action::Exit>;
+using Actions = std::vector<Action>;
+
+class ElasticState {
+ public:
+  explicit ElasticState(ElasticOptions options);
+
+  // Begins: the first Join.
+  Actions Start(absl::Time now);
+
+  // The workers of the latest StartWorkers are up: `started` of them run;
+  // `spawn_failure` names the first that could not be started (the rest
+  // were not tried), which counts as a failed worker.
+  Actions OnWorkersStarted(int started, std::optional<WorkerFailure> spawn_failure,
+                           absl::Time now);
+  // A worker exited with `status`. `failure` describes it (with what its
+  // error file says) when the status is not a success.
+  Actions OnWorkerExit(const ExitStatus& status, const WorkerFailure& failure, absl::Time now);
+  // A signal reached the agent (never SIGCHLD: reaping is the edge's).
+  Actions OnSignal(int sig, absl::Time now);
+  Actions OnRdzv(RdzvEvent event, absl::Time now);
+  // The time reached NextDeadline() (or later).
+  Actions OnTimer(absl::Time now);
+
+  // When OnTimer must next run; nullopt: no timer is set.
+  std::optional<absl::Time> NextDeadline() const;
+
+  AgentPhase phase() const { return phase_; }
+  bool done() const { return phase_ == AgentPhase::kExiting; }
+  // True while the workers that run are being stopped (their exits are not
+  // failures of their own, and what they leave behind is killed with them).
+  bool stopping() const { return phase_ != AgentPhase::kRunning; }
+  int live_workers() const { return live_; }
+  int64_t round() const { return round_; }
+  int attempts() const { return attempts_; }
+  AfterStop after_stop() const { return after_stop_; }
+
+ private:
+  void StartJoin(absl::Time now, Actions* out);
+  void OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::Time now, Actions* out);
+  void ReportFailureAndStop(const WorkerFailure& failure, absl::Time now, Actions* out);
+  void StopWorkers(int sig, absl::Time now, Actions* out);
+  void OnAllStopped(absl::Time now, Actions* out);
+  void OnPushed(const rdzv::WatchEvent& event, absl::Time now, Actions* out);
+  void OnRoundChanged(const rdzv::RoundChanged& changed, absl::Time now, Actions* out);
+  void OnWatchEnded(const rdzv_event::WatchEnded& ended, absl::Time now, Actions* out);
+  void OnFailureReported(const absl::Status& status, absl::Time now, Actions* out);
+  void OnDoneReported(const absl::Status& status, Actions* out);
+  void OnHeartbeat(const absl::StatusOr<int64_t>& round, absl::Time now, Actions* out);
+  void OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Actions* out);
+  void OpenWatch(Actions* out);
+  void ExitFailed(const std::string& why, Actions* out);
+  void Finish(int code, Actions* out);
+
+  const ElasticOptions options_;
+  AgentPhase phase_ = AgentPhase::kIdle;
+  AfterStop after_stop_ = AfterStop::kAwaitDecision;
+  int stop_signal_ = 0;  // the signal that is ending the agent, if any
+  bool in_job_ = false;  // joined once: heartbeats and the watch run
+  bool watch_open_ = false;
+  // The server said the open watch stream counts as this node's heartbeat
+  // (WatchStarted): no Heartbeat calls while it stays open. The channel's
+  // keepalive pings find a server that vanished; that ends the stream.
+  bool watch_started_ = false;
+  uint64_t watch_generation_ = 0;  // tells the current watch from replaced ones
+  int64_t round_ = -1;
+  int64_t round_seen_ = -1;  // the newest round announced to this node
+  int attempts_ = 0;
+  int live_ = 0;
+  int heartbeat_failures_ = 0;  // in a row
+  std::optional<rdzv::JobClosed> closed_;
+  std::vector<WorkerFailure> failures_;  // of the latest failed attempt
+
+  std::optional<absl::Time> kill_at_, heartbeat_at_, watch_retry_at_, progress_at_;
+};
+
+// One line for the progress report while a node waits for its round: who is
+// there, and who is not. `status` is the answer to QueryStatus.
+std::string ProgressLine(const std::string& rdzv_target,
+                         const absl::StatusOr<rdzv::StatusResponse>& status);
+
+}  // namespace muster
+
+#endif  // MUSTER_AGENT_ELASTIC_STATE_H_

@@ -1,0 +1,181 @@
+#include "agent/worker_group.h"
+
+#include <cerrno>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "agent/error_file.h"
+
+namespace muster {
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(WorkerGroupOptions options, ProcessRunner& runner, EventLoop& loop,
+                         Clock& clock)
+    : options_(std::move(options)), runner_(runner), loop_(loop), clock_(clock),
+      logger_(Logger("agent")) {}
+
+WorkerGroup::~WorkerGroup() {
+  for (Worker& worker : workers_) {
+    for (UniqueFd* pipe : {&worker.out_fd, &worker.err_fd}) {
+      if (pipe->valid()) loop_.Remove(pipe->get());
+    }
+  }
+  workers_.clear();  // each Process kills and reaps its child if still running
+}
+
+WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int attempt) {
+  const LaunchConfig& config = *options_.config;
+  const std::string attempt_dir = absl::StrCat(options_.run_dir, "/attempt_", attempt);
+  for (Worker& worker : workers_) DrainAndClose(worker);
+  workers_.clear();
+  // Reserved: the output readers hold pointers to the workers.
+  workers_.reserve(options_.nproc);
+  Started started;
+  for (int local_rank = 0; local_rank < options_.nproc; ++local_rank) {
+    Worker& worker = workers_.emplace_back();
+    worker.local_rank = local_rank;
+    worker.rank = placement.rank_base + local_rank;
+    const std::string rank_dir = absl::StrCat(attempt_dir, "/", local_rank);
+    worker.error_file = rank_dir + "/error.json";
+    absl::Status dir = MakeDirs(rank_dir);
+    if (!dir.ok()) logger_->warn("cannot create {}: {}", rank_dir, dir.message());
+
+    const StdRedirect redirect = config.redirects.For(local_rank);
+    const StdRedirect tee = config.tee.For(local_rank);
+    const bool shown = !config.local_ranks_filter || config.local_ranks_filter->contains(local_rank);
+    auto make_output = [&](bool redirected, bool teed, int console, const char* file) {
+      UniqueFd log;
+      if (redirected || teed) {
+        absl::StatusOr<UniqueFd> opened = OpenLogFile(absl::StrCat(rank_dir, "/", file));
+        if (opened.ok()) {
+          log = *std::move(opened);
+        } else {
+          logger_->warn("{}", opened.status().message());
+        }
+      }
+      const bool to_console = shown && (teed || !redirected);
+      return WorkerOutput(absl::StrCat("[rank ", worker.rank, "]: "), to_console ? console : -1,
+                          std::move(log));
+    };
+    worker.out.emplace(make_output(redirect.out, tee.out, options_.console_out, "stdout.log"));
+    worker.err.emplace(make_output(redirect.err, tee.err, options_.console_err, "stderr.log"));
+
+    WorkerIdentity identity;
+    identity.local_rank = local_rank;
+    identity.local_world_size = options_.nproc;
+    identity.run_id = config.rdzv_id;
+    identity.role = config.role;
+    identity.error_file = worker.error_file;
+    SpawnOptions spawn;
+    spawn.path = options_.program;
+    spawn.argv = WorkerCommand(config, options_.program, local_rank);
+    spawn.env = WorkerEnvironment(options_.base_env, placement, identity);
+    absl::StatusOr<std::unique_ptr<Process>> child = runner_.Spawn(spawn);
+    if (!child.ok()) {
+      // Nothing to supervise for this rank: it counts as a failed worker.
+      Worker failed;
+      failed.local_rank = local_rank;
+      failed.rank = worker.rank;
+      workers_.pop_back();
+      started.failure = Describe(failed, ExitStatus{127, 0}, std::string(child.status().message()));
+      break;
+    }
+    worker.process = *std::move(child);
+    worker.out_fd = worker.process->TakeStdout();
+    worker.err_fd = worker.process->TakeStderr();
+    Worker* self = &worker;
+    for (bool is_stderr : {false, true}) {
+      const UniqueFd& fd = is_stderr ? worker.err_fd : worker.out_fd;
+      if (!fd.valid()) continue;
+      absl::Status watched = loop_.Add(fd.get(), [this, self, is_stderr] { OnReadable(*self, is_stderr); });
+      if (!watched.ok()) logger_->warn("{}", watched.message());
+    }
+    ++started.count;
+  }
+  return started;
+}
+
+WorkerGroup::Worker* WorkerGroup::Find(pid_t pid) {
+  for (Worker& worker : workers_) {
+    if (worker.process->pid() == pid && !worker.process->exited()) return &worker;
+  }
+  return nullptr;
+}
+
+WorkerFailure WorkerGroup::Exited(Worker& worker, ExitStatus status) {
+  worker.process->MarkExited(status);
+  DrainAndClose(worker);
+  return Describe(worker, status, "");
+}
+
+void WorkerGroup::SignalAll(int sig) {
+  for (Worker& worker : workers_) {
+    if (!worker.process->exited()) worker.process->SignalGroup(sig);
+  }
+}
+
+void WorkerGroup::OnReadable(Worker& worker, bool is_stderr) {
+  UniqueFd& pipe = is_stderr ? worker.err_fd : worker.out_fd;
+  std::optional<WorkerOutput>& output = is_stderr ? worker.err : worker.out;
+  char buffer[kReadChunk];
+  for (;;) {
+    ssize_t n = read(pipe.get(), buffer, sizeof(buffer));
+    if (n > 0) {
+      output->Append(std::string_view(buffer, static_cast<size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    // EOF or a hard error: this stream is over.
+    output->Finish();
+    loop_.Remove(pipe.get());
+    pipe.reset();
+    return;
+  }
+}
+
+void WorkerGroup::DrainAndClose(Worker& worker) {
+  for (auto [pipe, output] :
+       {std::pair{&worker.out_fd, &worker.out}, std::pair{&worker.err_fd, &worker.err}}) {
+    if (!pipe->valid()) continue;
+    char buffer[kReadChunk];
+    ssize_t n;
+    while ((n = read(pipe->get(), buffer, sizeof(buffer))) > 0 || (n < 0 && errno == EINTR)) {
+      if (n > 0) (*output)->Append(std::string_view(buffer, static_cast<size_t>(n)));
+    }
+    (*output)->Finish();
+    loop_.Remove(pipe->get());
+    pipe->reset();
+  }
+}
+
+WorkerFailure WorkerGroup::Describe(const Worker& worker, ExitStatus status,
+                                    const std::string& message) {
+  WorkerFailure failure;
+  failure.rank = worker.rank;
+  failure.local_rank = worker.local_rank;
+  failure.host = options_.host;
+  failure.pid = worker.process ? worker.process->pid() : 0;
+  failure.exit_code = status.exit_code;
+  failure.signal = status.signal;
+  failure.time = clock_.Now();
+  failure.error_file = worker.error_file;
+  if (status.success()) return failure;
+  if (!message.empty()) {
+    failure.error = WorkerError{message, "", std::nullopt};
+  } else if (!worker.error_file.empty()) {
+    absl::StatusOr<WorkerError> error = ReadErrorFile(worker.error_file);
+    if (error.ok()) {
+      failure.error = *std::move(error);
+    } else if (!absl::IsNotFound(error.status())) {
+      logger_->warn("rank {}: unreadable error file: {}", worker.rank, error.status().message());
+    }
+  }
+  return failure;
+}
+
+}  // namespace muster

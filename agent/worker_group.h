@@ -1,0 +1,90 @@
+// The workers of one attempt on this node: started through a ProcessRunner
+// with the torchrun environment, their output carried from pipes to the
+// console and the log files, their error files read when they fail.
+// Log layout, as torchrun's: <run_dir>/attempt_<n>/<local_rank>/{stdout,stderr}.log, error.json.
+#ifndef MUSTER_AGENT_WORKER_GROUP_H_
+#define MUSTER_AGENT_WORKER_GROUP_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "agent/config.h"
+#include "agent/event_loop.h"
+#include "agent/failure_report.h"
+#include "agent/output.h"
+#include "agent/process_runner.h"
+#include "agent/worker_env.h"
+#include "common/log.h"
+
+namespace muster {
+
+struct WorkerGroupOptions {
+  const LaunchConfig* config = nullptr;  // -r, -t, filters, role, the script's arguments
+  int nproc = 1;
+  std::string program;  // what each worker execs
+  std::string host;     // for failure reports
+  std::string run_dir;  // where attempt_<n> directories go
+  std::vector<std::string> base_env;  // KEY=VALUE: what every worker's environment starts from
+  int console_out = 1;  // where shown output goes; not owned
+  int console_err = 2;
+};
+
+class WorkerGroup {
+ public:
+  struct Worker {
+    int local_rank = 0;
+    int rank = 0;
+    std::unique_ptr<Process> process;
+    std::string error_file;
+    UniqueFd out_fd, err_fd;
+    std::optional<WorkerOutput> out, err;
+  };
+  struct Started {
+    int count = 0;
+    // The first worker that could not be started (exit code 127, the
+    // reason as its message); the ones after it were not tried.
+    std::optional<WorkerFailure> failure;
+  };
+
+  // `runner`, `loop` and `clock` outlive the group.
+  WorkerGroup(WorkerGroupOptions options, ProcessRunner& runner, EventLoop& loop, Clock& clock);
+  // Workers still running are killed and reaped.
+  ~WorkerGroup();
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  // Replaces the previous attempt's workers (REQUIRES: all exited) with
+  // this one's, started in local-rank order.
+  Started Start(const NodePlacement& placement, int attempt);
+
+  // The running worker whose pid this is; nullptr for any other pid.
+  Worker* Find(pid_t pid);
+  // Records the exit of `worker`, drains and closes its output, and
+  // describes it as a failure (with its error file read when it failed).
+  WorkerFailure Exited(Worker& worker, ExitStatus status);
+  // Sends `sig` to every running worker's process group.
+  void SignalAll(int sig);
+
+  const std::vector<Worker>& workers() const { return workers_; }
+
+ private:
+  void OnReadable(Worker& worker, bool is_stderr);
+  void DrainAndClose(Worker& worker);
+  WorkerFailure Describe(const Worker& worker, ExitStatus status, const std::string& message);
+
+  const WorkerGroupOptions options_;
+  ProcessRunner& runner_;
+  EventLoop& loop_;
+  Clock& clock_;
+  std::shared_ptr<spdlog::logger> logger_;
+  std::vector<Worker> workers_;
+};
+
+}  // namespace muster
+
+#endif  // MUSTER_AGENT_WORKER_GROUP_H_

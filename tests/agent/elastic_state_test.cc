@@ -1,0 +1,707 @@
+// The agent's elastic rules, checked on the pure state machine: every phase
+// against every event, the time passed in, no processes and no sleeps.
+#include "agent/elastic_state.h"
+
+#include <signal.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "agent/exit_codes.h"
+
+namespace muster {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
+absl::Time At(int64_t ms) { return kT0 + absl::Milliseconds(ms); }
+
+constexpr int64_t kGraceMs = 3'000;
+constexpr int64_t kKeepAliveMs = 5'000;
+constexpr char kTarget[] = "rdzv:29400";
+
+ElasticOptions Options(bool hosts = false) {
+  ElasticOptions options;
+  options.script = "train.py";
+  options.rdzv_target = kTarget;
+  options.hosts_rendezvous = hosts;
+  options.join_timeout = absl::Seconds(600);
+  options.keep_alive_interval = absl::Milliseconds(kKeepAliveMs);
+  options.keep_alive_max_attempt = 3;
+  options.shutdown_grace = absl::Milliseconds(kGraceMs);
+  return options;
+}
+
+// The names of the actions, in order, without the log lines.
+std::vector<std::string> Names(const Actions& actions) {
+  std::vector<std::string> names;
+  for (const Action& a : actions) {
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, action::Join>) names.push_back("Join");
+          if constexpr (std::is_same_v<T, action::StartWorkers>) names.push_back("StartWorkers");
+          if constexpr (std::is_same_v<T, action::SignalWorkers>) {
+            names.push_back(std::string("Signal ") + sigabbrev_np(x.sig));
+          }
+          if constexpr (std::is_same_v<T, action::ReportFailure>) names.push_back("ReportFailure");
+          if constexpr (std::is_same_v<T, action::ReportDone>) names.push_back("ReportDone");
+          if constexpr (std::is_same_v<T, action::SendHeartbeat>) names.push_back("Heartbeat");
+          if constexpr (std::is_same_v<T, action::OpenWatch>) names.push_back("OpenWatch");
+          if constexpr (std::is_same_v<T, action::QueryStatus>) names.push_back("QueryStatus");
+          if constexpr (std::is_same_v<T, action::Exit>) {
+            names.push_back("Exit " + std::to_string(x.code));
+          }
+        },
+        a);
+  }
+  return names;
+}
+
+// The log lines, each as "LEVEL text".
+std::vector<std::string> Logs(const Actions& actions) {
+  std::vector<std::string> lines;
+  for (const Action& a : actions) {
+    if (const auto* log = std::get_if<action::Log>(&a)) {
+      static const char* const kLevel[] = {"DEBUG ", "INFO ", "WARN ", "ERROR "};
+      lines.push_back(kLevel[static_cast<int>(log->level)] + log->text);
+    }
+  }
+  return lines;
+}
+
+template <typename T>
+const T& Find(const Actions& actions) {
+  for (const Action& a : actions) {
+    if (const T* found = std::get_if<T>(&a)) return *found;
+  }
+  ADD_FAILURE() << "no such action";
+  static const T kNone{};
+  return kNone;
+}
+
+rdzv::Assignment Assigned(int64_t round, int restart_count = 0) {
+  rdzv::Assignment assignment;
+  assignment.set_round(round);
+  assignment.set_restart_count(restart_count);
+  assignment.set_world_size(2);
+  return assignment;
+}
+
+WorkerFailure Failure(int rank, int exit_code = 1, int signal = 0) {
+  WorkerFailure failure;
+  failure.rank = rank;
+  failure.local_rank = rank;
+  failure.host = "node-a";
+  failure.pid = 1000 + rank;
+  failure.exit_code = exit_code;
+  failure.signal = signal;
+  failure.time = kT0;
+  return failure;
+}
+
+const ExitStatus kSuccess{0, 0};
+const ExitStatus kExit1{1, 0};
+const ExitStatus kByTerm{0, SIGTERM};
+
+RdzvEvent RoundChangedTo(int64_t round) {
+  rdzv::WatchEvent event;
+  event.mutable_round_changed()->set_new_round(round);
+  event.mutable_round_changed()->set_detail("a node failed");
+  return rdzv_event::Pushed{1, event};
+}
+
+RdzvEvent JobClosed(bool succeeded, const std::string& reason) {
+  rdzv::WatchEvent event;
+  event.mutable_job_closed()->set_succeeded(succeeded);
+  event.mutable_job_closed()->set_reason(reason);
+  return rdzv_event::Pushed{1, event};
+}
+
+RdzvEvent WatchStarted(uint64_t generation) {
+  rdzv::WatchEvent event;
+  event.mutable_watch_started()->set_round(0);
+  return rdzv_event::Pushed{generation, event};
+}
+
+RdzvEvent Beat(absl::StatusOr<int64_t> round) { return rdzv_event::HeartbeatAnswered{round}; }
+
+class ElasticStateTest : public ::testing::Test {
+ protected:
+  // Joining: the first Join is out.
+  void ToJoining() { EXPECT_THAT(Names(state_.Start(At(0))), ElementsAre("Join")); }
+  // Running `workers` workers in `round`.
+  void ToRunning(int workers = 2, int64_t round = 0) {
+    ToJoining();
+    Actions joined = state_.OnRdzv(rdzv_event::Joined{Assigned(round)}, At(10));
+    EXPECT_THAT(Names(joined), ElementsAre("OpenWatch", "StartWorkers"));
+    EXPECT_THAT(Names(state_.OnWorkersStarted(workers, std::nullopt, At(10))), IsEmpty());
+    ASSERT_EQ(state_.phase(), AgentPhase::kRunning);
+  }
+  // Stopping after rank 0 failed; the other workers still run.
+  void ToStoppingAfterFailure(int workers = 2) {
+    ToRunning(workers);
+    Actions failed = state_.OnWorkerExit(kExit1, Failure(0), At(100));
+    EXPECT_THAT(Names(failed), ElementsAre("ReportFailure", "Signal TERM"));
+    ASSERT_EQ(state_.phase(), AgentPhase::kStopping);
+  }
+  // Every worker exited 0; ReportDone is out.
+  void ToFinishing() {
+    ToRunning(1);
+    EXPECT_THAT(Names(state_.OnWorkerExit(kSuccess, Failure(0, 0), At(100))),
+                ElementsAre("ReportDone"));
+    ASSERT_EQ(state_.phase(), AgentPhase::kFinishing);
+  }
+
+  ElasticState state_{Options()};
+};
+
+// ---- Start and joining ----
+
+TEST_F(ElasticStateTest, StartJoinsAndSchedulesTheFirstProgressLineAfterTwoSeconds) {
+  ToJoining();
+  EXPECT_EQ(state_.phase(), AgentPhase::kJoining);
+  EXPECT_EQ(state_.NextDeadline(), At(2'000));
+  EXPECT_THAT(Names(state_.Start(At(1))), IsEmpty()) << "a second Start is a no-op";
+}
+
+TEST_F(ElasticStateTest, EventsBeforeStartAreIgnored) {
+  EXPECT_THAT(state_.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(0)), IsEmpty());
+  EXPECT_THAT(state_.OnRdzv(RoundChangedTo(3), At(0)), IsEmpty());
+  EXPECT_EQ(state_.phase(), AgentPhase::kIdle);
+}
+
+TEST_F(ElasticStateTest, JoinedOpensTheWatchAndStartsAttemptZero) {
+  ToJoining();
+  Actions actions = state_.OnRdzv(rdzv_event::Joined{Assigned(4)}, At(10));
+  EXPECT_THAT(Names(actions), ElementsAre("OpenWatch", "StartWorkers"));
+  EXPECT_EQ(Find<action::OpenWatch>(actions).generation, 1u);
+  EXPECT_EQ(Find<action::OpenWatch>(actions).known_round, 4);
+  EXPECT_EQ(Find<action::StartWorkers>(actions).attempt, 0);
+  EXPECT_EQ(Find<action::StartWorkers>(actions).assignment.round(), 4);
+  EXPECT_EQ(state_.phase(), AgentPhase::kJoining) << "running only once the workers are up";
+  EXPECT_EQ(state_.NextDeadline(), At(10 + kKeepAliveMs)) << "progress line off, heartbeats on";
+  state_.OnWorkersStarted(2, std::nullopt, At(11));
+  EXPECT_EQ(state_.phase(), AgentPhase::kRunning);
+  EXPECT_EQ(state_.live_workers(), 2);
+}
+
+TEST_F(ElasticStateTest, ASecondJoinKeepsTheOpenWatchAndCountsTheAttempt) {
+  ToRunning();
+  state_.OnRdzv(RoundChangedTo(1), At(200));
+  state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(210));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(220))),
+              ElementsAre("Join"));
+  Actions rejoined = state_.OnRdzv(rdzv_event::Joined{Assigned(1, 1)}, At(230));
+  EXPECT_THAT(Names(rejoined), ElementsAre("StartWorkers"));
+  EXPECT_EQ(Find<action::StartWorkers>(rejoined).attempt, 1);
+  EXPECT_EQ(state_.attempts(), 2);
+}
+
+TEST_F(ElasticStateTest, NoRendezvousWithinJoinTimeoutExitsWithAHint) {
+  ToJoining();
+  Actions actions =
+      state_.OnRdzv(rdzv_event::Joined{absl::DeadlineExceededError("deadline")}, At(605'000));
+  ASSERT_THAT(Names(actions), ElementsAre("Exit 1"));
+  const auto& exit = Find<action::Exit>(actions);
+  EXPECT_THAT(exit.why, HasSubstr("no rendezvous answered at rdzv:29400 within join_timeout (600 s)"));
+  EXPECT_THAT(exit.why, HasSubstr("--rdzv-endpoint"));
+  EXPECT_FALSE(exit.leave_reason) << "never in the job: nothing to leave";
+  EXPECT_TRUE(state_.done());
+}
+
+TEST_F(ElasticStateTest, AHostingNodeWhoseJoinFailsSaysTheRendezvousFailed) {
+  ElasticState host(Options(/*hosts=*/true));
+  host.Start(At(0));
+  Actions actions = host.OnRdzv(rdzv_event::Joined{absl::UnavailableError("shutting down")}, At(1));
+  EXPECT_EQ(Find<action::Exit>(actions).why, "rendezvous at rdzv:29400 failed: shutting down");
+}
+
+TEST_F(ElasticStateTest, ARefusedJoinExitsNamingTheReason) {
+  ToJoining();
+  Actions actions = state_.OnRdzv(
+      rdzv_event::Joined{absl::FailedPreconditionError("job 'x' is closed")}, At(1));
+  ASSERT_THAT(Names(actions), ElementsAre("Exit 1"));
+  EXPECT_EQ(Find<action::Exit>(actions).why, "rendezvous at rdzv:29400 failed: job 'x' is closed");
+}
+
+TEST_F(ElasticStateTest, WhileJoiningTheProgressLineComesEveryFiveSeconds) {
+  ToJoining();
+  EXPECT_THAT(Names(state_.OnTimer(At(1'999))), IsEmpty());
+  EXPECT_THAT(Names(state_.OnTimer(At(2'000))), ElementsAre("QueryStatus"));
+  EXPECT_EQ(state_.NextDeadline(), At(7'000));
+  rdzv::StatusResponse job;
+  job.set_participants(1);
+  job.mutable_config()->set_min_nodes(2);
+  job.mutable_config()->set_max_nodes(2);
+  job.set_last_call_remaining_ms(-1);
+  EXPECT_THAT(Logs(state_.OnRdzv(rdzv_event::JobStatusAnswered{job}, At(2'001))),
+              ElementsAre("INFO waiting for nodes: 1/2 joined (min 2, max 2)"));
+}
+
+TEST_F(ElasticStateTest, AStatusAnswerAfterTheRoundStartedIsNotPrinted) {
+  ToRunning();
+  EXPECT_THAT(state_.OnRdzv(rdzv_event::JobStatusAnswered{rdzv::StatusResponse()}, At(20)),
+              IsEmpty());
+}
+
+TEST(ProgressLineTest, NamesWhoIsMissingAndWhenTheLastCallEnds) {
+  rdzv::StatusResponse job;
+  job.set_participants(3);
+  job.mutable_config()->set_min_nodes(2);
+  job.mutable_config()->set_max_nodes(8);
+  job.set_last_call_remaining_ms(1'001);
+  job.add_missing("host-b");
+  job.add_missing("host-c");
+  job.set_missing_count(5);
+  EXPECT_EQ(ProgressLine(kTarget, job),
+            "waiting for nodes: 3/8 joined (min 2, max 8), last call ends in 2 s; not back yet: "
+            "host-b, host-c and 3 more");
+  EXPECT_EQ(ProgressLine(kTarget, absl::UnavailableError("connection refused")),
+            "waiting for the rendezvous at rdzv:29400 (connection refused)");
+}
+
+TEST_F(ElasticStateTest, AStopSignalWhileFirstJoiningExitsAt128PlusItWithoutLeaving) {
+  ToJoining();
+  Actions actions = state_.OnSignal(SIGINT, At(5));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal INT", "Exit 130"));
+  EXPECT_FALSE(Find<action::Exit>(actions).leave_reason);
+}
+
+TEST_F(ElasticStateTest, AStopSignalWhileRejoiningLeavesTheJob) {
+  ToFinishing();
+  state_.OnRdzv(rdzv_event::DoneReported{absl::AbortedError("moved on")}, At(110));
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(120))), ElementsAre("Join"));
+  Actions actions = state_.OnSignal(SIGTERM, At(130));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal TERM", "Exit 143"));
+  EXPECT_EQ(Find<action::Exit>(actions).leave_reason, "agent stopped by SIGTERM");
+}
+
+TEST_F(ElasticStateTest, ARoundChangeWhileJoiningIsOnlyLogged) {
+  ToJoining();
+  Actions actions = state_.OnRdzv(RoundChangedTo(2), At(5));
+  EXPECT_THAT(Names(actions), IsEmpty());
+  EXPECT_THAT(Logs(actions), ElementsAre("INFO job moves to round 2: a node failed"));
+}
+
+TEST_F(ElasticStateTest, AJobThatClosesWhileJoiningEndsTheAgentWithItsResult) {
+  ToJoining();
+  EXPECT_THAT(Names(state_.OnRdzv(JobClosed(true, "done"), At(5))), ElementsAre("Exit 0"));
+  ElasticState other(Options());
+  other.Start(At(0));
+  Actions failed = other.OnRdzv(JobClosed(false, "restarts ran out"), At(5));
+  EXPECT_THAT(Names(failed), ElementsAre("Exit 1"));
+  EXPECT_EQ(Find<action::Exit>(failed).why, "restarts ran out");
+}
+
+// ---- Running ----
+
+TEST_F(ElasticStateTest, TheLastWorkerToSucceedReportsTheNodeDone) {
+  ToRunning(2, 3);
+  EXPECT_THAT(Names(state_.OnWorkerExit(kSuccess, Failure(0, 0), At(100))), IsEmpty());
+  Actions actions = state_.OnWorkerExit(kSuccess, Failure(1, 0), At(110));
+  EXPECT_THAT(Names(actions), ElementsAre("ReportDone"));
+  EXPECT_EQ(Find<action::ReportDone>(actions).round, 3);
+  EXPECT_EQ(state_.phase(), AgentPhase::kFinishing);
+}
+
+TEST_F(ElasticStateTest, AFailedWorkerIsReportedAndTheOthersGetSigtermThenSigkill) {
+  ToRunning(2, 5);
+  Actions actions = state_.OnWorkerExit(kExit1, Failure(1), At(100));
+  EXPECT_THAT(Names(actions), ElementsAre("ReportFailure", "Signal TERM"));
+  EXPECT_EQ(Find<action::ReportFailure>(actions).round, 5);
+  EXPECT_EQ(Find<action::ReportFailure>(actions).failure.rank, 1);
+  EXPECT_THAT(Logs(actions),
+              ElementsAre("ERROR rank 1 (local rank 1, pid 1001) failed: exit code 1; stopping "
+                          "the other workers"));
+  EXPECT_EQ(state_.NextDeadline(), At(100 + kGraceMs));
+  EXPECT_THAT(Names(state_.OnTimer(At(100 + kGraceMs - 1))), IsEmpty());
+  Actions killed = state_.OnTimer(At(100 + kGraceMs));
+  EXPECT_THAT(Names(killed), ElementsAre("Signal KILL"));
+  EXPECT_THAT(Logs(killed),
+              ElementsAre("WARN 1 worker(s) still running 3.0 s after the stop signal; sending SIGKILL"));
+}
+
+TEST_F(ElasticStateTest, AWorkerThatCouldNotStartCountsAsFailed) {
+  ToJoining();
+  state_.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  WorkerFailure failure = Failure(1, 127);
+  failure.error = WorkerError{"cannot run ./train: Permission denied", "", std::nullopt};
+  Actions actions = state_.OnWorkersStarted(1, failure, At(11));
+  EXPECT_THAT(Names(actions), ElementsAre("ReportFailure", "Signal TERM"));
+  EXPECT_THAT(Logs(actions),
+              ElementsAre("ERROR rank 1 could not start: cannot run ./train: Permission denied"));
+  EXPECT_EQ(state_.live_workers(), 1);
+}
+
+TEST_F(ElasticStateTest, WhenNoWorkerCouldStartTheAgentWaitsForTheRendezvousToDecide) {
+  ToJoining();
+  state_.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  Actions actions = state_.OnWorkersStarted(0, Failure(0, 127), At(11));
+  EXPECT_THAT(Names(actions), ElementsAre("ReportFailure", "Signal TERM"));
+  EXPECT_EQ(state_.after_stop(), AfterStop::kAwaitDecision);
+  EXPECT_EQ(state_.NextDeadline(), At(10 + kKeepAliveMs)) << "no kill timer: nothing runs";
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(20))), ElementsAre("Join"));
+}
+
+TEST_F(ElasticStateTest, ANewRoundWhileRunningStopsTheWorkersThenRejoins) {
+  ToRunning();
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(100))), ElementsAre("Signal TERM"));
+  EXPECT_EQ(state_.after_stop(), AfterStop::kRejoin);
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110))), IsEmpty());
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120))),
+              ElementsAre("Join"));
+  EXPECT_EQ(state_.phase(), AgentPhase::kJoining);
+  EXPECT_EQ(state_.NextDeadline(), At(120 + 2'000)) << "the progress line again";
+}
+
+TEST_F(ElasticStateTest, ARoundChangeNoNewerThanTheCurrentRoundIsIgnored) {
+  ToRunning(2, 3);
+  EXPECT_THAT(state_.OnRdzv(RoundChangedTo(3), At(100)), IsEmpty());
+  EXPECT_THAT(state_.OnRdzv(RoundChangedTo(2), At(100)), IsEmpty());
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(4), At(100))), ElementsAre("Signal TERM"));
+  EXPECT_THAT(state_.OnRdzv(RoundChangedTo(4), At(101)), IsEmpty()) << "told twice, acted once";
+}
+
+TEST_F(ElasticStateTest, AJobThatClosesWhileWorkersRunStopsThemAndExitsFailedEvenIfSucceeded) {
+  ToRunning(1);
+  EXPECT_THAT(Names(state_.OnRdzv(JobClosed(true, "every node finished"), At(100))),
+              ElementsAre("Signal TERM"));
+  Actions actions = state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
+  EXPECT_THAT(Names(actions), ElementsAre("Exit 1"));
+  EXPECT_EQ(Find<action::Exit>(actions).why, "every node finished");
+  EXPECT_FALSE(Find<action::Exit>(actions).failures_seen) << "killed by our SIGTERM: no failure";
+}
+
+TEST_F(ElasticStateTest, SigusrIsForwardedAndTheJobGoesOn) {
+  ToRunning();
+  Actions actions = state_.OnSignal(SIGUSR1, At(100));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal USR1"));
+  EXPECT_THAT(Logs(actions), ElementsAre("INFO forwarded SIGUSR1 to 2 worker(s)"));
+  EXPECT_EQ(state_.phase(), AgentPhase::kRunning);
+}
+
+TEST_F(ElasticStateTest, AStopSignalStopsTheWorkersThenExitsAt128PlusItAndLeaves) {
+  ToRunning();
+  Actions actions = state_.OnSignal(SIGTERM, At(100));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(actions), ElementsAre("WARN received SIGTERM: stopping 2 worker(s) (grace 3.0 s)"));
+  EXPECT_EQ(state_.NextDeadline(), At(100 + kGraceMs));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110))), IsEmpty());
+  // A worker that exits 1 on SIGTERM is no failure of its own: the signal was ours.
+  Actions exit = state_.OnWorkerExit(kExit1, Failure(1), At(120));
+  EXPECT_THAT(Names(exit), ElementsAre("Exit 143"));
+  EXPECT_EQ(Find<action::Exit>(exit).leave_reason, "agent stopped by SIGTERM");
+  EXPECT_TRUE(Find<action::Exit>(exit).report.empty());
+}
+
+TEST_F(ElasticStateTest, ASecondStopSignalKillsTheWorkersAtOnce) {
+  ToRunning();
+  state_.OnSignal(SIGINT, At(100));
+  Actions again = state_.OnSignal(SIGINT, At(200));
+  EXPECT_THAT(Names(again), ElementsAre("Signal INT", "Signal KILL"));
+  EXPECT_THAT(Logs(again), ElementsAre("WARN SIGINT again: killing the workers now"));
+}
+
+TEST_F(ElasticStateTest, AHeartbeatAnswerWithANewerRoundStandsInForALostPush) {
+  ToRunning(2, 0);
+  Actions actions = state_.OnRdzv(Beat(2), At(100));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(actions),
+              ElementsAre("INFO job moves to round 2: the job moved on (seen in a heartbeat)"));
+  EXPECT_THAT(state_.OnRdzv(Beat(0), At(100)), IsEmpty());
+}
+
+TEST_F(ElasticStateTest, DroppedByTheRendezvousWhileRunningStopsAndRejoins) {
+  ToRunning(1);
+  Actions actions = state_.OnRdzv(Beat(absl::NotFoundError("unknown node")), At(100));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal TERM"));
+  EXPECT_EQ(state_.after_stop(), AfterStop::kRejoin);
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110))),
+              ElementsAre("Join"));
+}
+
+TEST_F(ElasticStateTest, AHeartbeatThatSaysTheJobClosedEndsItUnlessThePushSaidSoFirst) {
+  ToRunning(1);
+  state_.OnRdzv(JobClosed(false, "rank 3 failed; restarts ran out"), At(100));
+  EXPECT_THAT(state_.OnRdzv(Beat(absl::FailedPreconditionError("closed")), At(101)), IsEmpty());
+  Actions exit = state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
+  EXPECT_EQ(Find<action::Exit>(exit).why, "rank 3 failed; restarts ran out");
+
+  ElasticState other(Options());
+  other.Start(At(0));
+  other.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(1));
+  other.OnWorkersStarted(1, std::nullopt, At(1));
+  EXPECT_THAT(Names(other.OnRdzv(Beat(absl::FailedPreconditionError("job closed")), At(2))),
+              ElementsAre("Signal TERM"));
+  EXPECT_EQ(Find<action::Exit>(other.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(3))).why,
+            "job closed");
+}
+
+TEST_F(ElasticStateTest, ThreeUnansweredHeartbeatsInARowStopTheWorkersAndExit) {
+  ToRunning(1);
+  const absl::Status down = absl::UnavailableError("connection refused");
+  EXPECT_THAT(Logs(state_.OnRdzv(Beat(down), At(100))),
+              ElementsAre("WARN heartbeat to the rendezvous at rdzv:29400 failed: connection refused"));
+  EXPECT_THAT(state_.OnRdzv(Beat(down), At(200)), IsEmpty());
+  Actions third = state_.OnRdzv(Beat(down), At(300));
+  EXPECT_THAT(Names(third), ElementsAre("Signal TERM"));
+  Actions exit = state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(310));
+  EXPECT_THAT(Names(exit), ElementsAre("Exit 1"));
+  EXPECT_THAT(Find<action::Exit>(exit).why,
+              HasSubstr("did not answer 3 heartbeats in a row (keep_alive_max_attempt)"));
+}
+
+TEST_F(ElasticStateTest, AnAnswerBetweenFailedHeartbeatsStartsTheCountAgain) {
+  ToRunning(1);
+  const absl::Status down = absl::UnavailableError("down");
+  state_.OnRdzv(Beat(down), At(100));
+  state_.OnRdzv(Beat(down), At(200));
+  EXPECT_THAT(Logs(state_.OnRdzv(Beat(0), At(300))),
+              ElementsAre("INFO the rendezvous at rdzv:29400 answers again"));
+  state_.OnRdzv(Beat(down), At(400));
+  state_.OnRdzv(Beat(down), At(500));
+  EXPECT_EQ(state_.phase(), AgentPhase::kRunning);
+  EXPECT_THAT(Names(state_.OnRdzv(Beat(absl::CancelledError("shutdown")), At(600))), IsEmpty())
+      << "a cancelled call is no answer and no failure";
+  EXPECT_EQ(state_.phase(), AgentPhase::kRunning);
+}
+
+TEST_F(ElasticStateTest, ThreeUnansweredHeartbeatsWhileJoiningExitAtOnce) {
+  ToRunning(1);
+  state_.OnRdzv(RoundChangedTo(1), At(100));
+  state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));  // rejoining now
+  const absl::Status down = absl::UnavailableError("down");
+  state_.OnRdzv(Beat(down), At(200));
+  state_.OnRdzv(Beat(down), At(300));
+  EXPECT_THAT(Names(state_.OnRdzv(Beat(down), At(400))), ElementsAre("Exit 1"));
+}
+
+TEST_F(ElasticStateTest, HeartbeatsAreSentOnlyWhileNoWatchStreamStandsInForThem) {
+  ToRunning();
+  EXPECT_THAT(Names(state_.OnTimer(At(10 + kKeepAliveMs))), ElementsAre("Heartbeat"));
+  state_.OnRdzv(WatchStarted(7), At(5'100));  // a replaced watch's: does not count
+  EXPECT_THAT(Names(state_.OnTimer(At(10 + 2 * kKeepAliveMs))), ElementsAre("Heartbeat"));
+  state_.OnRdzv(WatchStarted(1), At(10'100));
+  EXPECT_THAT(Names(state_.OnTimer(At(10 + 3 * kKeepAliveMs))), IsEmpty());
+  EXPECT_EQ(state_.NextDeadline(), At(10 + 4 * kKeepAliveMs));
+}
+
+TEST_F(ElasticStateTest, ALostWatchStreamBeatsAtOnceAndReopensASecondLater) {
+  ToRunning();
+  state_.OnRdzv(WatchStarted(1), At(20));
+  Actions ended =
+      state_.OnRdzv(rdzv_event::WatchEnded{1, absl::UnavailableError("socket closed")}, At(1'000));
+  EXPECT_THAT(Logs(ended),
+              ElementsAre("DEBUG lost the rendezvous watch stream (socket closed); reconnecting"));
+  EXPECT_EQ(state_.NextDeadline(), At(1'000)) << "the server's heartbeat timeout starts now";
+  EXPECT_THAT(Names(state_.OnTimer(At(1'000))), ElementsAre("Heartbeat"));
+  EXPECT_EQ(state_.NextDeadline(), At(2'000));
+  Actions reopened = state_.OnTimer(At(2'000));
+  EXPECT_THAT(Names(reopened), ElementsAre("OpenWatch"));
+  EXPECT_EQ(Find<action::OpenWatch>(reopened).generation, 2u);
+}
+
+TEST_F(ElasticStateTest, TheEndOfAReplacedOrCancelledWatchIsNotRetried) {
+  ToRunning();
+  state_.OnRdzv(rdzv_event::WatchEnded{0, absl::UnavailableError("old")}, At(100));
+  EXPECT_EQ(state_.NextDeadline(), At(10 + kKeepAliveMs)) << "generation 0 is not the open watch";
+  state_.OnRdzv(rdzv_event::WatchEnded{1, absl::AbortedError("replaced")}, At(100));
+  EXPECT_EQ(state_.NextDeadline(), At(10 + kKeepAliveMs));
+  state_.OnRdzv(rdzv_event::WatchEnded{1, absl::CancelledError("cancelled")}, At(100));
+  EXPECT_EQ(state_.NextDeadline(), At(10 + kKeepAliveMs));
+}
+
+// ---- Stopping ----
+
+TEST_F(ElasticStateTest, AWorkerThatFailsOnItsOwnWhileStoppingIsInTheReport) {
+  ToStoppingAfterFailure(3);
+  state_.OnWorkerExit(ExitStatus{0, SIGSEGV}, Failure(1, 0, SIGSEGV), At(110));
+  state_.OnWorkerExit(kByTerm, Failure(2, 0, SIGTERM), At(120));
+  Actions exit = state_.OnRdzv(JobClosed(false, "restarts ran out"), At(130));
+  ASSERT_THAT(Names(exit), ElementsAre("Exit 1"));
+  const std::string& report = Find<action::Exit>(exit).report;
+  EXPECT_THAT(report, HasSubstr("train.py FAILED after 1 attempt"));
+  EXPECT_THAT(report, HasSubstr("SIGSEGV"));
+  EXPECT_THAT(report, Not(HasSubstr("SIGTERM"))) << "killed by our stop: not a failure";
+  EXPECT_TRUE(Find<action::Exit>(exit).failures_seen);
+}
+
+TEST_F(ElasticStateTest, OnceStoppedAfterAFailureTheAgentWaitsForTheRendezvousToDecide) {
+  ToStoppingAfterFailure();
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110))), IsEmpty());
+  EXPECT_EQ(state_.phase(), AgentPhase::kStopping);
+  EXPECT_EQ(state_.live_workers(), 0);
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(120))), ElementsAre("Join"));
+}
+
+TEST_F(ElasticStateTest, AFailureThatCannotBeReportedEndsTheAgentOnceItsWorkersStop) {
+  ToStoppingAfterFailure();
+  Actions unreported =
+      state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")}, At(110));
+  EXPECT_THAT(Names(unreported), IsEmpty());
+  EXPECT_THAT(Logs(unreported),
+              ElementsAre("ERROR could not report the failure to the rendezvous at rdzv:29400: down"));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120))),
+              ElementsAre("Exit 1"));
+}
+
+TEST_F(ElasticStateTest, AFailureThatCannotBeReportedAfterTheWorkersStoppedEndsTheAgentAtOnce) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")},
+                                  At(120))),
+              ElementsAre("Exit 1"));
+  EXPECT_THAT(state_.OnRdzv(rdzv_event::FailureReported{absl::OkStatus()}, At(130)), IsEmpty());
+}
+
+TEST_F(ElasticStateTest, ANewRoundWhileStoppingForAFailureRejoinsOnceStopped) {
+  ToStoppingAfterFailure();
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(110))), IsEmpty());
+  EXPECT_EQ(state_.after_stop(), AfterStop::kRejoin);
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120))),
+              ElementsAre("Join"));
+}
+
+TEST_F(ElasticStateTest, AStopSignalWinsOverANewRoundAndAClosedJob) {
+  ToStoppingAfterFailure();
+  state_.OnSignal(SIGTERM, At(105));
+  EXPECT_EQ(state_.after_stop(), AfterStop::kExitSignal);
+  state_.OnRdzv(RoundChangedTo(1), At(110));
+  state_.OnRdzv(JobClosed(false, "closed"), At(111));
+  EXPECT_EQ(state_.after_stop(), AfterStop::kExitSignal);
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120))),
+              ElementsAre("Exit 143"));
+}
+
+TEST_F(ElasticStateTest, AStopSignalWhileAwaitingTheDecisionExitsAtOnce) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  EXPECT_THAT(Names(state_.OnSignal(SIGHUP, At(120))), ElementsAre("Signal HUP", "Exit 129"));
+}
+
+TEST_F(ElasticStateTest, AJobThatClosesWhileStoppingExitsFailedOnceStopped) {
+  ToStoppingAfterFailure();
+  EXPECT_THAT(Names(state_.OnRdzv(JobClosed(false, "restarts ran out (1/1)"), At(110))), IsEmpty());
+  Actions exit = state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120));
+  EXPECT_THAT(Names(exit), ElementsAre("Exit 1"));
+  EXPECT_EQ(Find<action::Exit>(exit).why, "restarts ran out (1/1)");
+}
+
+TEST_F(ElasticStateTest, ThreeUnansweredHeartbeatsWhileStoppingExitOnceStopped) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  const absl::Status down = absl::UnavailableError("down");
+  state_.OnRdzv(Beat(down), At(200));
+  state_.OnRdzv(Beat(down), At(300));
+  EXPECT_THAT(Names(state_.OnRdzv(Beat(down), At(400))), ElementsAre("Exit 1"));
+}
+
+TEST_F(ElasticStateTest, TheReportNamesARootCauseOnAnotherNode) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  rdzv::WatchEvent event;
+  rdzv::JobClosed* closed = event.mutable_job_closed();
+  closed->set_reason("restarts ran out");
+  closed->mutable_root_cause()->set_rank(5);
+  closed->mutable_root_cause()->set_host("node-b");
+  closed->mutable_root_cause()->set_exit_code(3);
+  closed->mutable_root_cause()->set_message("CUDA error");
+  Actions exit = state_.OnRdzv(rdzv_event::Pushed{1, event}, At(120));
+  EXPECT_THAT(Find<action::Exit>(exit).report,
+              HasSubstr("Root cause on another node: rank 5 on node-b (exit code 3): CUDA error\n"));
+
+  ElasticState local(Options());
+  local.Start(At(0));
+  local.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(1));
+  local.OnWorkersStarted(1, std::nullopt, At(1));
+  local.OnWorkerExit(kExit1, Failure(0), At(2));
+  closed->mutable_root_cause()->set_rank(0);
+  EXPECT_THAT(Find<action::Exit>(local.OnRdzv(rdzv_event::Pushed{1, event}, At(3))).report,
+              Not(HasSubstr("another node"))) << "the root cause is this node's own";
+}
+
+// ---- Finishing ----
+
+TEST_F(ElasticStateTest, ANodeWhoseWorkersSucceededExitsZeroOnceTheRendezvousKnows) {
+  ToFinishing();
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::DoneReported{absl::OkStatus()}, At(110))),
+              ElementsAre("Exit 0"));
+}
+
+TEST_F(ElasticStateTest, AHostingNodeStaysUntilTheJobCloses) {
+  ElasticState host(Options(/*hosts=*/true));
+  host.Start(At(0));
+  host.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(1));
+  host.OnWorkersStarted(1, std::nullopt, At(1));
+  host.OnWorkerExit(kSuccess, Failure(0, 0), At(2));
+  EXPECT_THAT(host.OnRdzv(rdzv_event::DoneReported{absl::OkStatus()}, At(3)), IsEmpty());
+  EXPECT_EQ(host.phase(), AgentPhase::kFinishing);
+  EXPECT_THAT(Names(host.OnRdzv(JobClosed(true, "every node finished"), At(4))),
+              ElementsAre("Exit 0"));
+}
+
+TEST_F(ElasticStateTest, ANodeThatFinishedAsTheJobMovedOnJoinsTheNextRound) {
+  ToFinishing();
+  Actions aborted = state_.OnRdzv(rdzv_event::DoneReported{absl::AbortedError("round 1 began")}, At(110));
+  EXPECT_THAT(Names(aborted), IsEmpty());
+  EXPECT_THAT(Logs(aborted), ElementsAre("INFO the job moved on while this node finished: round 1 began"));
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(120))), ElementsAre("Join"));
+}
+
+TEST_F(ElasticStateTest, WorkersThatSucceededExitZeroEvenIfTheRendezvousCannotBeTold) {
+  ToFinishing();
+  Actions actions = state_.OnRdzv(rdzv_event::DoneReported{absl::UnavailableError("down")}, At(110));
+  EXPECT_THAT(Names(actions), ElementsAre("Exit 0"));
+  EXPECT_THAT(Logs(actions),
+              ElementsAre("WARN workers succeeded but the rendezvous could not be told: down"));
+}
+
+TEST_F(ElasticStateTest, UnansweredHeartbeatsWhileFinishingLeaveTheDecisionToReportDone) {
+  ToFinishing();
+  const absl::Status down = absl::UnavailableError("down");
+  for (int i = 0; i < 5; ++i) state_.OnRdzv(Beat(down), At(200 + i));
+  EXPECT_EQ(state_.phase(), AgentPhase::kFinishing);
+}
+
+TEST_F(ElasticStateTest, AJobThatFailsWhileThisNodeFinishedExitsFailed) {
+  ToFinishing();
+  EXPECT_THAT(Names(state_.OnRdzv(JobClosed(false, "node b failed"), At(110))),
+              ElementsAre("Exit 1"));
+}
+
+TEST_F(ElasticStateTest, AStopSignalWhileFinishingExitsAt128PlusItAndLeaves) {
+  ToFinishing();
+  Actions actions = state_.OnSignal(SIGQUIT, At(110));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal QUIT", "Exit 131"));
+  EXPECT_TRUE(Find<action::Exit>(actions).leave_reason);
+}
+
+// ---- Exiting ----
+
+TEST_F(ElasticStateTest, NothingHappensOnceTheAgentExits) {
+  ToFinishing();
+  state_.OnRdzv(rdzv_event::DoneReported{absl::OkStatus()}, At(110));
+  ASSERT_TRUE(state_.done());
+  EXPECT_EQ(state_.NextDeadline(), std::nullopt);
+  EXPECT_THAT(state_.OnSignal(SIGTERM, At(120)), IsEmpty());
+  EXPECT_THAT(state_.OnTimer(At(1'000'000)), IsEmpty());
+  EXPECT_THAT(state_.OnRdzv(RoundChangedTo(9), At(120)), IsEmpty());
+  EXPECT_THAT(state_.OnRdzv(JobClosed(false, "x"), At(120)), IsEmpty());
+  EXPECT_THAT(state_.OnRdzv(Beat(absl::UnavailableError("down")), At(120)), IsEmpty());
+  EXPECT_THAT(state_.OnRdzv(rdzv_event::Joined{Assigned(9)}, At(120)), IsEmpty());
+  EXPECT_THAT(state_.OnWorkerExit(kExit1, Failure(0), At(120)), IsEmpty());
+}
+
+}  // namespace
+}  // namespace muster
