@@ -4,6 +4,7 @@ import glob
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,30 @@ TORCHRUN = os.path.join(HERE, "torchrun.py")
 PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one with python3-torch
 WORKERS = os.path.join(HERE, "workers")
 DDP_TRAIN = os.path.join(ROOT, "examples", "ddp_train.py")
+
+
+# Ports handed out by reserve_port, held until the test's tearDown.
+_held_ports = []
+
+
+def reserve_port():
+    """A loopback port for the program under test, held instead of raced for.
+
+    The port stays bound (SO_REUSEADDR, never listening) until the test ends,
+    so no other bind to port 0, of this test or one running beside it, is
+    handed it; the program can still listen on it, as gRPC, muster-allreduce
+    and PyTorch's TCPStore all set SO_REUSEADDR. Connecting to it before the
+    program listens is refused, as to a free port."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    _held_ports.append(s)
+    return s.getsockname()[1]
+
+
+def release_ports():
+    while _held_ports:
+        _held_ports.pop().close()
 
 
 def env(**extra):
@@ -95,6 +120,7 @@ class TempDirTest(unittest.TestCase):
         self.tmp = self._tmp.name
 
     def tearDown(self):
+        release_ports()
         self._tmp.cleanup()
 
     def path(self, name):

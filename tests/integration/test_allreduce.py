@@ -10,7 +10,7 @@ import subprocess
 import time
 import unittest
 
-from harness import MUSTER, ROOT, TempDirTest, env, muster, torchrun, wait_for
+from harness import MUSTER, ROOT, TempDirTest, env, muster, reserve_port, torchrun, wait_for
 
 HAVE_GPU = os.path.exists("/dev/nvidia0")
 # The GPUs the ranks see: CUDA_VISIBLE_DEVICES's entries where it is set.
@@ -22,11 +22,6 @@ ROW = re.compile(r"^\[rank 0\]:\s+(\d+)\s+(\d+)\s+(\w+)\s+sum\s+([\d.]+)\s+([\d.
                  r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)$", re.M)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def rows(output):
     """(bytes, count, type, wrong, inplace wrong) of each table row rank 0 printed."""
@@ -36,7 +31,7 @@ def rows(output):
 def start_ranks(world, ranks, *args, rank0_out=None, args_of=None, port=None, **extra):
     """Ranks started by hand, as a launcher would, with their own pipes (rank 0's
     stdout to the file rank0_out, when given). args_of(rank) overrides args."""
-    port = port or free_port()
+    port = port or reserve_port()
     procs = {}
     for rank in ranks:
         e = env(RANK=rank, WORLD_SIZE=world, LOCAL_RANK=rank, MASTER_ADDR="127.0.0.1",
@@ -122,7 +117,7 @@ class UnderTorchrun(TempDirTest):
         # Without --standalone torchrun's agent hosts its TCPStore on
         # MASTER_PORT and tells the workers so (TORCHELASTIC_USE_AGENT_STORE=True),
         # as every rendezvous does from PyTorch 2.4 on: rank 0 takes the next port.
-        port = free_port()
+        port = reserve_port()
         r = torchrun("--nnodes", "1", "--nproc_per_node", "2", "--master_port", str(port),
                      "--no_python", ALLREDUCE, "-b", "8", "-e", "64K", "--backend", "tcp")
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
@@ -181,7 +176,7 @@ class OnGpus(TempDirTest):
 
 class Failures(TempDirTest):
     def test_a_rank_of_another_job_is_turned_away_and_this_job_goes_on(self):
-        port = free_port()
+        port = reserve_port()
         args = ("-b", "8", "-e", "1K", "-n", "2", "-w", "1", "--timeout", "20")
         job_a = start_ranks(2, [0], *args, port=port, TORCHELASTIC_RUN_ID="job-a")
         stray = finish(start_ranks(2, [1], *args, port=port, TORCHELASTIC_RUN_ID="job-b"), 20)

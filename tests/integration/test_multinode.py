@@ -3,27 +3,21 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import unittest
 
-from harness import (DDP_TRAIN, MUSTER, WORKERS, TempDirTest, env, muster, wait_for,
-                     worker_records)
+from harness import (DDP_TRAIN, MUSTER, WORKERS, TempDirTest, env, muster, reserve_port,
+                     wait_for, worker_records)
 
 RECORD = os.path.join(WORKERS, "record.py")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MultiNodeTest(TempDirTest):
     def setUp(self):
         super().setUp()
-        self.port = free_port()
+        self.port = reserve_port()
         self.agents = []
 
     def agent(self, name, *args, nnodes="3", nproc="2", conf="", max_restarts="0"):
@@ -93,7 +87,7 @@ class StaticBackend(MultiNodeTest):
     """No rendezvous: ranks from --node-rank, master from the command line."""
 
     def test_two_static_nodes(self):
-        master_port = free_port()
+        master_port = reserve_port()
         procs = []
         for i in range(2):
             out = open(self.path(f"n{i}.out"), "w")

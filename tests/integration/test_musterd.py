@@ -12,7 +12,7 @@ import subprocess
 import time
 import unittest
 
-from harness import MUSTER, ROOT, TempDirTest, env, read_env, run, wait_for
+from harness import MUSTER, ROOT, TempDirTest, env, read_env, reserve_port, run, wait_for
 
 MUSTERD = os.environ.get("MUSTERD", os.path.join(ROOT, "build", "rendezvous", "musterd"))
 SERVING = re.compile(r"musterd: serving rendezvous on (\S+):(\d+)$", re.M)
@@ -20,11 +20,6 @@ SERVING = re.compile(r"musterd: serving rendezvous on (\S+):(\d+)$", re.M)
 # (MAX_ARG_STRLEN, 128 KiB with its NUL): a 1 MB --rdzv-id cannot reach muster.
 MAX_ARG_STRLEN = 131072
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MusterdTest(TempDirTest):
@@ -212,7 +207,7 @@ class BadInput(MusterdTest):
         self.assert_serving(musterd, port, "after-garbage")
 
     def test_endpoint_that_never_answers(self):
-        port = free_port()  # nobody listens there
+        port = reserve_port()  # nobody listens there
         result, elapsed = self.muster_once(port, "lonely", "is_host=0,join_timeout=2",
                                            timeout=60)
         self.assertNotEqual(result.returncode, 0, result.stderr)
@@ -250,7 +245,7 @@ class Daemon(MusterdTest):
         self.assertEqual(len(result.stderr.splitlines()), 1, result.stderr)
 
     def test_port_taken_by_an_agent_hosting_a_rendezvous(self):
-        port = free_port()
+        port = reserve_port()
         host = self.start_agent("host", port, "hosted", "2", self.path("h"),
                                 "--rdzv-conf", "is_host=1")
         listening = lambda: f"on port {port}" in self.read("host.err") or host.poll() is not None
