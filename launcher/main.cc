@@ -29,6 +29,7 @@
 #include "launcher/nproc.h"
 #include "launcher/slurm.h"
 #include "launcher/options.h"
+#include "rendezvous/grpc_exit.h"
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/local_client.h"
 #include "rendezvous/service.h"
@@ -319,6 +320,9 @@ int Main(int argc, char** argv) {
   }
   if (server) server->Shutdown();
   if (hub) hub->Shutdown();
+  server.reset();
+  hub.reset();
+  rdzv::WaitForGrpcShutdown(absl::Seconds(2));
   if (!code.ok()) {
     std::fprintf(stderr, "muster: error: %s\n", std::string(code.status().message()).c_str());
     return kExitWorkersFailed;

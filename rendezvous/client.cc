@@ -83,6 +83,9 @@ class GrpcRendezvousClient final : public RendezvousClient {
   absl::Mutex mu_;
   std::map<grpc::ClientContext*, std::shared_ptr<grpc::ClientContext>> calls_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<WatchStream> watch_ ABSL_GUARDED_BY(mu_);
+  // Calls and streams whose gRPC objects are not destroyed yet: the
+  // destructor waits for both to be 0.
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
   int streams_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -112,10 +115,21 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
 
   void OnDone(const grpc::Status& status) override {
     on_end_(FromGrpcStatus(status));
-    std::shared_ptr<WatchStream> self = std::move(self_);  // released after the lock
-    absl::MutexLock lock(&client_->mu_);
-    if (client_->watch_.get() == this) client_->watch_.reset();
-    --client_->streams_;
+    GrpcRendezvousClient* const client = client_;
+    std::shared_ptr<WatchStream> self;
+    {
+      absl::MutexLock lock(&client->mu_);
+      if (client->watch_.get() == this) client->watch_.reset();
+      self = std::move(self_);
+    }
+    // This stream, and with it its ClientContext and gRPC call, go before
+    // the client's destructor may go on: had the last reference to gRPC
+    // been dropped on this thread after the process began to exit, gRPC
+    // would clean up in a detached thread racing exit (agents that exited
+    // 134 or 139 after their job succeeded, about 1 in 4,000).
+    self.reset();  // deletes this
+    absl::MutexLock lock(&client->mu_);
+    --client->streams_;
   }
 
  private:
@@ -150,7 +164,7 @@ GrpcRendezvousClient::~GrpcRendezvousClient() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](GrpcRendezvousClient* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-        return self->calls_.empty() && self->streams_ == 0;
+        return self->pending_ == 0 && self->streams_ == 0;
       },
       this));
 }
@@ -162,16 +176,23 @@ std::shared_ptr<grpc::ClientContext> GrpcRendezvousClient::NewCall(absl::Duratio
   context->set_wait_for_ready(wait_for_ready);
   absl::MutexLock lock(&mu_);
   calls_.emplace(context.get(), context);
+  ++pending_;
   return context;
 }
 
 void GrpcRendezvousClient::EndCall(grpc::ClientContext* context) {
-  std::shared_ptr<grpc::ClientContext> ended;  // dropped after the lock
+  std::shared_ptr<grpc::ClientContext> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = calls_.find(context);
+    if (it == calls_.end()) return;
+    ended = std::move(it->second);
+    calls_.erase(it);
+  }
+  // Destroyed outside the lock, but before the destructor may go on (see WatchStream::OnDone).
+  ended.reset();
   absl::MutexLock lock(&mu_);
-  auto it = calls_.find(context);
-  if (it == calls_.end()) return;
-  ended = std::move(it->second);
-  calls_.erase(it);
+  --pending_;
 }
 
 template <typename Request, typename Response, typename Result>

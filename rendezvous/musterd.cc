@@ -25,6 +25,7 @@
 #include "common/release_mode.h"
 #include "common/unique_fd.h"
 #include "rendezvous/grpc_log.h"
+#include "rendezvous/grpc_exit.h"
 #include "rendezvous/service.h"
 
 namespace muster {
@@ -210,6 +211,8 @@ int Main(int argc, char** argv) {
   Logger("musterd")->info("SIG{}: shutting down; pending joins are told the server is going away",
                           sigabbrev_np(signal_number));
   (*server)->Shutdown(kShutdownGrace);
+  server->reset();
+  rdzv::WaitForGrpcShutdown(absl::Seconds(2));
   Logger("musterd")->info("stopped");
   return kExitSuccess;
 }
