@@ -23,13 +23,22 @@ ROOT = os.path.dirname(HERE)
 TORCHRUN = ["/usr/bin/python3", os.path.join(ROOT, "tests", "integration", "torchrun.py")]
 
 # Stamps its start (ns) in DIR/start.<restart>.<rank>.<pid>. With FAIL=1, rank 1
-# of attempt 0 stamps DIR/exit and exits 1, while the others of attempt 0
-# sleep until they are stopped; later attempts end after SLEEP seconds.
+# of attempt 0 stamps DIR/exit and exits 1 (1.5 s after it started, or at
+# FAIL_AT, a wall-clock time in ns), while the others of attempt 0 sleep
+# until they are stopped; later attempts end after SLEEP seconds.
 WORKER = r'''
 d=$1
 echo $(date +%s%N) > $d/start.$TORCHELASTIC_RESTART_COUNT.$RANK.$$
 if [ "$FAIL" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
-  if [ "$RANK" = 1 ]; then sleep 1.5; date +%s%N > $d/exit; exit 1; fi
+  if [ "$RANK" = 1 ]; then
+    if [ -n "$FAIL_AT" ]; then
+      ns=$((FAIL_AT - $(date +%s%N)))
+      [ $ns -gt 0 ] && sleep $((ns / 1000000000)).$(printf %09d $((ns % 1000000000)))
+    else
+      sleep 1.5
+    fi
+    date +%s%N > $d/exit; exit 1
+  fi
   sleep 60
 fi
 sleep ${SLEEP:-1}
@@ -54,19 +63,29 @@ def agent_command(launcher, muster, nnodes, port, job, max_restarts, directory, 
                        str(max_restarts), *extra, "--no_python", *worker]
 
 
-def run_agents(commands, env, timeout):
+def run_agents(commands, env, timeout, log_dir=None):
+    """Starts the agents together and waits for them; their stderr goes to
+    LOG_DIR/agent.<i>.log when a log_dir is given."""
     procs = []
-    started = time.time_ns()
-    for command in commands:
-        procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL))
-    for p in procs:
-        try:
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            sys.exit(f"agents did not finish in {timeout} s: {commands[0][:3]}")
+    logs = [open(os.path.join(log_dir, f"agent.{i}.log"), "wb") if log_dir else subprocess.DEVNULL
+            for i in range(len(commands))]
+    try:
+        started = time.time_ns()
+        for command, log in zip(commands, logs):
+            procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                          stderr=log, stdin=subprocess.DEVNULL))
+        for p in procs:
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                    q.wait()
+                sys.exit(f"agents did not finish in {timeout} s: {commands[0][:3]}")
+    finally:
+        for log in logs:
+            if log is not subprocess.DEVNULL:
+                log.close()
     return started, [p.returncode for p in procs]
 
 
@@ -79,12 +98,23 @@ def stamps(directory, pattern):
 
 
 def restart_latency(launcher, muster, torch_interval=None):
+    return restart_run(launcher, muster, torch_interval)[0]
+
+
+def restart_run(launcher, muster, torch_interval=None, fail_after=None, log_dir=None, env=None,
+                timeout=120):
+    """One restart: (latency in ms, when rank 1 failed in s after the agents
+    started). fail_after: seconds after the agents start at which rank 1
+    fails (default: 1.5 s after it starts). env: extra variables for the
+    agents."""
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as d:
         port = free_port()
-        env = dict(os.environ, FAIL="1", SLEEP="0.5", OMP_NUM_THREADS="1")
+        env = dict(os.environ, FAIL="1", SLEEP="0.5", OMP_NUM_THREADS="1", **(env or {}))
         commands = [agent_command(launcher, muster, 2, port, "restart", 1, d, torch_interval)
                     for _ in range(2)]
-        _, codes = run_agents(commands, env, timeout=120)
+        if fail_after is not None:
+            env["FAIL_AT"] = str(time.time_ns() + int(fail_after * 1e9))
+        began, codes = run_agents(commands, env, timeout=timeout, log_dir=log_dir)
         if codes != [0, 0]:
             sys.exit(f"{launcher}: agents exited {codes}")
         exit_ns = stamps(d, "exit")["exit"]
@@ -97,7 +127,7 @@ def restart_latency(launcher, muster, torch_interval=None):
                 first[rank] = ns
         if len(first) != 2:
             sys.exit(f"{launcher}: {len(first)} ranks restarted, want 2")
-        return (max(first.values()) - exit_ns) / 1e6
+        return (max(first.values()) - exit_ns) / 1e6, (exit_ns - began) / 1e9
 
 
 def startup(launcher, muster, agents, torch_interval=None):

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/callback_ticker.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 
@@ -74,6 +75,9 @@ class GrpcRendezvousClient final : public RendezvousClient {
              std::function<Result(absl::Status, Response&)> convert,
              std::function<void(Result)> done);
 
+  // Without it, a push or an answer that comes after a quiet second can
+  // wait 100 ms for gRPC's callback threads (callback_ticker.h).
+  const std::shared_ptr<CallbackTicker> ticker_ = CallbackTicker::Acquire();
   const std::string target_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Rendezvous::Stub> stub_;

@@ -278,6 +278,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
                                                                           int port,
                                                                           const ServerOptions& options) {
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
+  server->ticker_ = CallbackTicker::Acquire();
   server->hub_ = std::make_shared<RendezvousHub>();
   server->service_ = std::make_unique<RendezvousService>(server->hub_);
   grpc::ServerBuilder builder;

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/callback_ticker.h"
 #include "rendezvous/hub.h"
 
 namespace muster::rdzv {
@@ -76,6 +77,9 @@ class RendezvousServer {
 
  private:
   RendezvousServer() = default;
+  // Keeps a call that comes after a quiet second from waiting 100 ms for
+  // gRPC's callback threads (callback_ticker.h).
+  std::shared_ptr<CallbackTicker> ticker_;
   std::shared_ptr<RendezvousHub> hub_;
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -1,0 +1,103 @@
+#include "rendezvous/callback_ticker.h"
+
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/const_init.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/rendezvous.grpc.pb.h"
+
+namespace muster::rdzv {
+namespace {
+
+// Shared with the calls' callbacks, which may outlive the ticker.
+struct Counters {
+  absl::Mutex mu;
+  int in_flight ABSL_GUARDED_BY(mu) = 0;
+  int64_t ticks ABSL_GUARDED_BY(mu) = 0;
+};
+
+struct TickCall {
+  grpc::ClientContext context;
+  StatusRequest request;
+  StatusResponse response;
+};
+
+class CallbackTickerImpl final : public CallbackTicker {
+ public:
+  CallbackTickerImpl()
+      // No credentials: gRPC makes a lame channel, whose calls fail at once
+      // (a completion on the callback queue) without a socket or a server.
+      : channel_(grpc::CreateCustomChannel("", nullptr, grpc::ChannelArguments())),
+        stub_(Rendezvous::NewStub(channel_)),
+        counters_(std::make_shared<Counters>()),
+        thread_([this] { Loop(); }) {}
+
+  ~CallbackTickerImpl() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+    // A lame call completes at once; the bound only keeps a stuck gRPC from
+    // hanging the exit (the callbacks own what they touch).
+    absl::MutexLock lock(&counters_->mu);
+    counters_->mu.AwaitWithTimeout(
+        absl::Condition(
+            +[](Counters* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) { return c->in_flight == 0; },
+            counters_.get()),
+        absl::Seconds(5));
+  }
+
+  int64_t ticks() const override {
+    absl::MutexLock lock(&counters_->mu);
+    return counters_->ticks;
+  }
+
+ private:
+  void Loop() {
+    absl::MutexLock lock(&mu_);
+    while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), kCallbackTickInterval)) {
+      {
+        absl::MutexLock counted(&counters_->mu);
+        // The last tick is still queued: the callback threads are busy anyway.
+        if (counters_->in_flight > 0) continue;
+        ++counters_->in_flight;
+      }
+      auto call = std::make_shared<TickCall>();
+      call->context.set_deadline(absl::ToChronoTime(absl::Now() + kNextingThreadIdleTimeout));
+      stub_->async()->Status(&call->context, &call->request, &call->response,
+                             [call, counters = counters_](grpc::Status) {
+                               absl::MutexLock counted(&counters->mu);
+                               --counters->in_flight;
+                               ++counters->ticks;
+                             });
+    }
+  }
+
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<Rendezvous::Stub> stub_;
+  const std::shared_ptr<Counters> counters_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: it starts in the constructor
+};
+
+}  // namespace
+
+std::shared_ptr<CallbackTicker> CallbackTicker::Acquire() {
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  // Leaked on purpose: no destructor runs at exit while a holder may remain.
+  static auto* current = new std::weak_ptr<CallbackTicker>();
+  absl::MutexLock lock(&mu);
+  std::shared_ptr<CallbackTicker> ticker = current->lock();
+  if (!ticker) {
+    ticker = std::make_shared<CallbackTickerImpl>();
+    *current = ticker;
+  }
+  return ticker;
+}
+
+}  // namespace muster::rdzv
