@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <linux/tcp.h>  // struct tcp_info with tcpi_segs_in (glibc's is older)
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/unique_fd.h"
 #include "rendezvous/client.h"
 #include "tests/rendezvous/pending.h"
 
@@ -139,23 +141,6 @@ JoinRequest MakeJoin(const std::string& job, const std::string& node, int min, i
   info->set_node_rank_hint(-1);
   info->set_master_port_candidate(port);
   return request;
-}
-
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int PickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 class ServiceTest : public ::testing::Test {
@@ -444,14 +429,58 @@ TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
   EXPECT_EQ(watch.WaitForEnd().code(), absl::StatusCode::kUnavailable);
 }
 
+// Stands in for a rendezvous server that is not up yet on a port of
+// 127.0.0.1: it resets every connection it accepts, so a client's attempt
+// fails as one to a closed port does, and the test sees each attempt.
+class NotServingYet {
+ public:
+  NotServingYet() : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    if (bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        listen(fd_.get(), 8) == 0 &&
+        getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+
+  // 0 when the listener could not be set up.
+  int port() const { return port_; }
+
+  // Waits for the next connection attempt and resets it. False when none
+  // came within `timeout`.
+  bool TurnAwayNext(absl::Duration timeout) {
+    pollfd ready = {.fd = fd_.get(), .events = POLLIN, .revents = 0};
+    if (poll(&ready, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1) return false;
+    UniqueFd connection(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!connection.valid()) return false;
+    const linger reset = {.l_onoff = 1, .l_linger = 0};  // close sends RST, leaves no TIME_WAIT
+    setsockopt(connection.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    return true;
+  }
+
+  // Frees the port for the real server.
+  void Close() { fd_.reset(); }
+
+ private:
+  UniqueFd fd_;
+  int port_ = 0;
+};
+
 TEST(ServiceStartTest, JoinWaitsForAServerThatStartsWithinTheDeadline) {
-  const int port = PickFreePort();
+  NotServingYet not_yet;
+  const int port = not_yet.port();
   ASSERT_GT(port, 0);
   auto client = RendezvousClient::Create("127.0.0.1:" + std::to_string(port));
   Pending<absl::StatusOr<Assignment>> join;
   client->Join(MakeJoin("early", "a", 1, 1), kRpc, join.Callback());
-  absl::SleepFor(absl::Milliseconds(300));
+  // A second attempt: the client saw its first one fail, and kept the join.
+  ASSERT_TRUE(not_yet.TurnAwayNext(kWait)) << "the client never tried to connect";
+  ASSERT_TRUE(not_yet.TurnAwayNext(kWait)) << "the client did not try again";
   EXPECT_FALSE(join.Done()) << "nothing listens yet";
+  not_yet.Close();
   absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
       RendezvousServer::Start("127.0.0.1", port);
   ASSERT_TRUE(server.ok()) << server.status();
