@@ -5,7 +5,8 @@
 namespace muster::rdzv {
 namespace {
 
-// The timer thread wakes at least this often, so a clock jump cannot stall it.
+// The timer thread looks again at least this often, so that a wake it
+// missed delays a deadline by this much at most.
 constexpr absl::Duration kMaxTimerSleep = absl::Seconds(1);
 
 absl::Status Unavailable() {
@@ -14,7 +15,10 @@ absl::Status Unavailable() {
 
 }  // namespace
 
-RendezvousHub::RendezvousHub() : timer_([this] { TimerLoop(); }) {}
+RendezvousHub::RendezvousHub(HubOptions options) : clock_(*options.clock) {
+  // Started in the body, once every member exists: the loop reads them.
+  if (options.timer_thread) timer_ = std::thread([this] { TimerLoop(); });
+}
 
 RendezvousHub::~RendezvousHub() { Shutdown(); }
 
@@ -92,9 +96,10 @@ void RendezvousHub::Join(const JoinRequest& request, const std::string& peer, ui
     absl::MutexLock lock(&mu_);
     absl::Status status = shutting_down_ ? Unavailable() : absl::OkStatus();
     Effects effects;
-    if (status.ok()) status = state_.Join(request, peer, absl::Now(), &effects);
+    const absl::Time now = clock_.Now();
+    if (status.ok()) status = state_.Join(request, peer, now, &effects);
     // A node that left and joins again may have kept its watch stream open.
-    if (status.ok() && watches_.contains(key)) state_.SetWatching(key, true, absl::Now(), &effects);
+    if (status.ok() && watches_.contains(key)) state_.SetWatching(key, true, now, &effects);
     if (status.ok()) {
       PendingJoin& slot = joins_[key];
       if (slot.done) {
@@ -122,7 +127,7 @@ void RendezvousHub::CancelJoin(const NodeKey& key, uint64_t ticket) {
     // Nobody waits for this answer: the node must not be put into a round,
     // where it could even be everyone's master.
     Effects effects;
-    state_.Leave(key, "cancelled its join", absl::Now(), &effects).IgnoreError();
+    state_.Leave(key, "cancelled its join", clock_.Now(), &effects).IgnoreError();
     ApplyLocked(effects, &deliveries);
   }
   Deliver(deliveries);
@@ -148,7 +153,7 @@ void RendezvousHub::Watch(const WatchRequest& request, uint64_t ticket, Watcher 
       }
       slot = Subscription{ticket, shared};
       // Opening the watch is a sign of life, and from now on the open stream is.
-      const absl::Time now = absl::Now();
+      const absl::Time now = clock_.Now();
       absl::StatusOr<int64_t> round = state_.Heartbeat(key, now);
       Effects effects;
       state_.SetWatching(key, true, now, &effects);
@@ -173,7 +178,7 @@ void RendezvousHub::CancelWatch(const NodeKey& key, uint64_t ticket) {
     watches_.erase(it);
     // The stream was the node's heartbeat: its heartbeat timeout starts now.
     Effects effects;
-    state_.SetWatching(key, false, absl::Now(), &effects);
+    state_.SetWatching(key, false, clock_.Now(), &effects);
     ApplyLocked(effects, &deliveries);
   }
   Deliver(deliveries);
@@ -182,53 +187,72 @@ void RendezvousHub::CancelWatch(const NodeKey& key, uint64_t ticket) {
 absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const NodeKey& node) {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
-  return state_.Heartbeat(node, absl::Now());
+  return state_.Heartbeat(node, clock_.Now());
 }
 
 absl::Status RendezvousHub::ReportFailure(const ReportFailureRequest& request) {
   return Mutate([&](Effects* effects) {
     return state_.ReportFailure({request.job_id(), request.node_id()}, request.round(),
-                                request.failure(), absl::Now(), effects);
+                                request.failure(), clock_.Now(), effects);
   });
 }
 
 absl::Status RendezvousHub::ReportDone(const ReportDoneRequest& request) {
   return Mutate([&](Effects* effects) {
-    return state_.ReportDone({request.job_id(), request.node_id()}, request.round(), absl::Now(),
+    return state_.ReportDone({request.job_id(), request.node_id()}, request.round(), clock_.Now(),
                              effects);
   });
 }
 
 absl::Status RendezvousHub::Leave(const LeaveRequest& request) {
   return Mutate([&](Effects* effects) {
-    return state_.Leave({request.job_id(), request.node_id()}, request.reason(), absl::Now(),
+    return state_.Leave({request.job_id(), request.node_id()}, request.reason(), clock_.Now(),
                         effects);
   });
 }
 
 absl::StatusOr<StatusResponse> RendezvousHub::Status(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  return state_.Status(job_id, absl::Now());
+  return state_.Status(job_id, clock_.Now());
+}
+
+void RendezvousHub::RunDueTimers() {
+  Deliveries deliveries;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    Effects effects;
+    state_.Advance(clock_.Now(), &effects);
+    ApplyLocked(effects, &deliveries);
+  }
+  Deliver(deliveries);
+}
+
+std::optional<absl::Time> RendezvousHub::NextDeadline() {
+  absl::MutexLock lock(&mu_);
+  return state_.NextDeadline();
 }
 
 void RendezvousHub::TimerLoop() {
   Deliveries deliveries;
   absl::MutexLock lock(&mu_);
   while (!shutting_down_) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = clock_.Now();
     std::optional<absl::Time> next = state_.NextDeadline();
-    absl::Time wake = now + kMaxTimerSleep;
-    if (next && *next < wake) wake = *next;
-    if (wake > now) {
+    absl::Duration wait = kMaxTimerSleep;
+    if (next && *next - now < wait) wait = *next - now;
+    if (wait > absl::ZeroDuration()) {
       state_changed_ = false;
-      // Wakes early when a call changed the state: it may have set an earlier deadline.
-      mu_.AwaitWithDeadline(
+      // Wakes early when a call changed the state: it may have set an earlier
+      // deadline. A timeout rather than a deadline: the deadlines are on
+      // clock_, which the mutex does not know.
+      mu_.AwaitWithTimeout(
           absl::Condition(
               +[](RendezvousHub* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
                 return self->state_changed_ || self->shutting_down_;
               },
               this),
-          wake);
+          wait);
       continue;
     }
     Effects effects;

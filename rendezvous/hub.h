@@ -1,4 +1,4 @@
-// The rendezvous as a live, thread-safe object: the state machine, the clock
+// The rendezvous as a live, thread-safe object: the state machine, a clock
 // and a timer thread, the joins waiting for their round and the nodes
 // watching their job. Results leave through callbacks, so the gRPC service
 // and the in-process client are both thin adapters over one hub.
@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -20,9 +21,23 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 #include "rendezvous/state.h"
 
 namespace muster::rdzv {
+
+// How a hub keeps time.
+struct HubOptions {
+  // Where every call and timer reads the time. Not owned; must outlive the hub.
+  const Clock* clock = &Clock::Real();
+  // Whether the hub's own thread runs each deadline (join, heartbeat and
+  // last-call timeouts, a closed job's retention) once the clock reaches it.
+  // Without it nothing times out until the owner calls RunDueTimers: for a
+  // hub on a FakeClock, whose time a thread waiting on real time would not
+  // see move.
+  bool timer_thread = true;
+};
 
 class RendezvousHub {
  public:
@@ -36,8 +51,8 @@ class RendezvousHub {
     std::function<void(absl::Status)> on_end;
   };
 
-  // Starts the timer thread.
-  RendezvousHub();
+  // Starts the timer thread, unless options.timer_thread is false.
+  explicit RendezvousHub(HubOptions options = {});
   // Shuts down.
   ~RendezvousHub();
   RendezvousHub(const RendezvousHub&) = delete;
@@ -71,6 +86,16 @@ class RendezvousHub {
   absl::Status Leave(const LeaveRequest& request);
   absl::StatusOr<StatusResponse> Status(const std::string& job_id);
 
+  // Runs every deadline due at the clock's now, as the timer thread does
+  // when it wakes, and delivers what follows (failed joins, completed
+  // rounds, events) on the calling thread before it returns. Does nothing
+  // after Shutdown. Safe alongside the timer thread, but meant for a hub
+  // without one: a test moves its FakeClock, then calls this.
+  void RunDueTimers();
+  // The earliest deadline still to run, if any: the time at which
+  // RunDueTimers next has something to do.
+  std::optional<absl::Time> NextDeadline();
+
  private:
   struct PendingJoin {
     uint64_t ticket;
@@ -94,6 +119,7 @@ class RendezvousHub {
   absl::Status Mutate(const std::function<absl::Status(Effects*)>& change);
   void TimerLoop();
 
+  const Clock& clock_;
   absl::Mutex mu_;
   RendezvousState state_ ABSL_GUARDED_BY(mu_);
   std::map<NodeKey, PendingJoin> joins_ ABSL_GUARDED_BY(mu_);

@@ -279,7 +279,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
                                                                           const ServerOptions& options) {
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->ticker_ = CallbackTicker::Acquire();
-  server->hub_ = std::make_shared<RendezvousHub>();
+  server->hub_ = std::make_shared<RendezvousHub>(options.hub);
   server->service_ = std::make_unique<RendezvousService>(server->hub_);
   grpc::ServerBuilder builder;
   // Without this, gRPC sets SO_REUSEPORT and a second server on the same port

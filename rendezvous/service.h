@@ -46,8 +46,12 @@ class RendezvousService final : public Rendezvous::CallbackService {
   const std::shared_ptr<RendezvousHub> hub_;
 };
 
-// How the server watches its connections.
+// How the server keeps time and watches its connections.
 struct ServerOptions {
+  // The hub's clock and timer thread (see HubOptions); the defaults are the
+  // real clock and a thread. Tests put the server on a FakeClock.
+  HubOptions hub;
+
   // The kernel probes every idle connection (TCP keepalive) this often, in
   // whole seconds, and resets it after `keepalive_probes` unanswered probes
   // in a row. That ends the node's watch stream, and the node's heartbeat

@@ -5,6 +5,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "tests/rendezvous/pending.h"
 
 namespace muster::rdzv {
 namespace {
@@ -47,9 +48,10 @@ TEST(LocalClientTest, OneNodeJobRunsToTheEnd) {
   done.set_job_id("job");
   done.set_node_id("a");
   done.set_round(assignment->round());
-  absl::Status reported = absl::UnknownError("not called");
-  client->ReportDone(done, absl::Seconds(1), [&](absl::Status s) { reported = s; });
-  EXPECT_TRUE(reported.ok()) << reported;
+  Pending<absl::Status> reported;
+  client->ReportDone(done, absl::Seconds(1), reported.Callback());
+  const absl::Status status = reported.Wait();
+  EXPECT_TRUE(status.ok()) << status;
   EXPECT_TRUE(closed.WaitForNotificationWithTimeout(absl::Seconds(5)));
 }
 
@@ -75,7 +77,10 @@ TEST(LocalClientTest, FailurePushesTheNextRound) {
   failure.set_node_id("a");
   failure.set_round(first->round());
   failure.mutable_failure()->set_exit_code(1);
-  client->ReportFailure(failure, absl::Seconds(1), [](absl::Status s) { EXPECT_TRUE(s.ok()); });
+  Pending<absl::Status> reported;
+  client->ReportFailure(failure, absl::Seconds(1), reported.Callback());
+  const absl::Status status = reported.Wait();
+  ASSERT_TRUE(status.ok()) << status;
   ASSERT_TRUE(changed.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_EQ(new_round, first->round() + 1);
   absl::StatusOr<Assignment> second = client->JoinSync(Request("a", 1, 1), absl::Seconds(5));

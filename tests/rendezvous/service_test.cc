@@ -1,10 +1,13 @@
 // The rendezvous over real gRPC on loopback: RendezvousServer and
-// RendezvousClient, the way agents use them. Every wait is bounded.
+// RendezvousClient, the way agents use them. Every wait is bounded. The
+// fixture's hub runs on a FakeClock: no deadline passes unless a test moves
+// the clock.
 #include "rendezvous/service.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <linux/tcp.h>  // struct tcp_info with tcpi_segs_in (glibc's is older)
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,7 +28,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/unique_fd.h"
 #include "rendezvous/client.h"
+#include "tests/rendezvous/pending.h"
 
 namespace muster::rdzv {
 namespace {
@@ -34,40 +40,9 @@ using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
 // The longest any single step may take before the test fails.
-constexpr absl::Duration kWait = absl::Seconds(10);
+constexpr absl::Duration kWait = kPendingWait;
 // RPC deadlines: shorter than kWait, so a callback always lands first.
 constexpr absl::Duration kRpc = absl::Seconds(5);
-
-// The result of one asynchronous call. The callback owns the state too, so a
-// test that gave up waiting leaves nothing dangling.
-template <typename T>
-class Pending {
- public:
-  std::function<void(T)> Callback() {
-    return [state = state_](T value) {
-      state->value.emplace(std::move(value));
-      state->done.Notify();
-    };
-  }
-
-  bool Done() const { return state_->done.HasBeenNotified(); }
-
-  // The result, or kInternal (and a test failure) when none came within `timeout`.
-  T Wait(absl::Duration timeout = kWait) {
-    if (!state_->done.WaitForNotificationWithTimeout(timeout)) {
-      ADD_FAILURE() << "no answer within " << timeout;
-      return T(absl::InternalError("test: no answer in time"));
-    }
-    return *state_->value;
-  }
-
- private:
-  struct State {
-    absl::Notification done;
-    std::optional<T> value;
-  };
-  std::shared_ptr<State> state_ = std::make_shared<State>();
-};
 
 // Records a watch stream's events and its end.
 class WatchLog {
@@ -168,27 +143,13 @@ JoinRequest MakeJoin(const std::string& job, const std::string& node, int min, i
   return request;
 }
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int PickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start("127.0.0.1", 0);
+    ServerOptions options;
+    options.hub = HubOptions{.clock = &clock_, .timer_thread = false};
+    absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
+        RendezvousServer::Start("127.0.0.1", 0, options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     ASSERT_GT(server_->port(), 0);
@@ -196,6 +157,24 @@ class ServiceTest : public ::testing::Test {
   }
 
   std::unique_ptr<RendezvousClient> NewClient() { return RendezvousClient::Create(target_); }
+
+  // Moves the hub's time on by `d` and runs the deadlines that passed; what
+  // they send has left the hub (not yet reached the clients) on return.
+  void AdvanceHubClock(absl::Duration d) {
+    clock_.Advance(d);
+    server_->hub()->RunDueTimers();
+  }
+
+  // Waits until the hub has a deadline to run: a call that starts a timer
+  // (the end of a watch stream, say) has reached it. False after kWait.
+  bool WaitForHubDeadline() {
+    const absl::Time give_up = absl::Now() + kWait;
+    while (absl::Now() < give_up) {
+      if (server_->hub()->NextDeadline().has_value()) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  }
 
   static absl::StatusOr<Assignment> Join(RendezvousClient& client, const JoinRequest& request) {
     Pending<absl::StatusOr<Assignment>> join;
@@ -248,6 +227,7 @@ class ServiceTest : public ::testing::Test {
     return done.Wait();
   }
 
+  FakeClock clock_;  // outlives server_, whose hub reads it
   std::unique_ptr<RendezvousServer> server_;
   std::string target_;
 };
@@ -364,7 +344,7 @@ TEST_F(ServiceTest, AnOpenWatchIsTheNodesHeartbeatAndItsEndStartsTheTimeout) {
   ASSERT_EQ(watch_b.WaitForStart(), 0);
 
   // Three heartbeat timeouts without a Heartbeat call: the streams keep both in.
-  absl::SleepFor(absl::Milliseconds(3'000));
+  for (int i = 0; i < 3; ++i) AdvanceHubClock(absl::Seconds(1));
   absl::StatusOr<StatusResponse> status = JobStatus(*client_a, "beat");
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->round(), 0);
@@ -372,6 +352,10 @@ TEST_F(ServiceTest, AnOpenWatchIsTheNodesHeartbeatAndItsEndStartsTheTimeout) {
 
   // b's agent goes away: its stream ends, and a second later it is lost.
   client_b.reset();
+  // With both streams open the running job had no deadline: the first is b's
+  // heartbeat timeout, which the end of its stream starts.
+  ASSERT_TRUE(WaitForHubDeadline()) << "the end of b's stream did not reach the hub";
+  AdvanceHubClock(absl::Seconds(1));
   std::vector<WatchEvent> events = watch_a.WaitForEvents(1);
   ASSERT_GE(events.size(), 1u);
   ASSERT_TRUE(events[0].has_round_changed());
@@ -445,14 +429,58 @@ TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
   EXPECT_EQ(watch.WaitForEnd().code(), absl::StatusCode::kUnavailable);
 }
 
+// Stands in for a rendezvous server that is not up yet on a port of
+// 127.0.0.1: it resets every connection it accepts, so a client's attempt
+// fails as one to a closed port does, and the test sees each attempt.
+class NotServingYet {
+ public:
+  NotServingYet() : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    if (bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        listen(fd_.get(), 8) == 0 &&
+        getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+
+  // 0 when the listener could not be set up.
+  int port() const { return port_; }
+
+  // Waits for the next connection attempt and resets it. False when none
+  // came within `timeout`.
+  bool TurnAwayNext(absl::Duration timeout) {
+    pollfd ready = {.fd = fd_.get(), .events = POLLIN, .revents = 0};
+    if (poll(&ready, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1) return false;
+    UniqueFd connection(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!connection.valid()) return false;
+    const linger reset = {.l_onoff = 1, .l_linger = 0};  // close sends RST, leaves no TIME_WAIT
+    setsockopt(connection.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    return true;
+  }
+
+  // Frees the port for the real server.
+  void Close() { fd_.reset(); }
+
+ private:
+  UniqueFd fd_;
+  int port_ = 0;
+};
+
 TEST(ServiceStartTest, JoinWaitsForAServerThatStartsWithinTheDeadline) {
-  const int port = PickFreePort();
+  NotServingYet not_yet;
+  const int port = not_yet.port();
   ASSERT_GT(port, 0);
   auto client = RendezvousClient::Create("127.0.0.1:" + std::to_string(port));
   Pending<absl::StatusOr<Assignment>> join;
   client->Join(MakeJoin("early", "a", 1, 1), kRpc, join.Callback());
-  absl::SleepFor(absl::Milliseconds(300));
+  // A second attempt: the client saw its first one fail, and kept the join.
+  ASSERT_TRUE(not_yet.TurnAwayNext(kWait)) << "the client never tried to connect";
+  ASSERT_TRUE(not_yet.TurnAwayNext(kWait)) << "the client did not try again";
   EXPECT_FALSE(join.Done()) << "nothing listens yet";
+  not_yet.Close();
   absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
       RendezvousServer::Start("127.0.0.1", port);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -526,6 +554,11 @@ std::pair<uint32_t, uint32_t> SegmentsInOut(int fd) {
 // An idle connection with a watch open: the server's kernel probes it every
 // second (keepalive), and the client pings every `keepalive`. Counts what
 // the server's side of the connection saw over 3.5 s.
+//
+// Real time on purpose: the traffic comes from the kernel's keepalive timer
+// and gRPC's ping timer, which no fake clock reaches, and it is their rate
+// that is counted. No hub deadline falls in the window (the open watch is the
+// node's heartbeat), so the hub's clock plays no part.
 std::pair<uint32_t, uint32_t> IdleTraffic(const ServerOptions& options, absl::Duration keepalive) {
   absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
       RendezvousServer::Start("127.0.0.1", 0, options);

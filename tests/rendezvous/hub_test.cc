@@ -1,0 +1,180 @@
+// The hub's timers on a FakeClock, with no timer thread: time moves only
+// when a test moves it, and RunDueTimers delivers before it returns, so
+// every check runs at an exact time and nothing sleeps. One test keeps the
+// real clock and thread, the way servers run.
+#include "rendezvous/hub.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "tests/rendezvous/pending.h"
+
+namespace muster::rdzv {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr int64_t kHeartbeatMs = 1'000;
+constexpr int64_t kLastCallMs = 1'000;
+constexpr int64_t kJoinTimeoutMs = 5'000;
+
+JobConfig Config(int min, int max) {
+  JobConfig config;
+  config.set_min_nodes(min);
+  config.set_max_nodes(max);
+  config.set_max_restarts(3);
+  config.set_last_call_timeout_ms(0);
+  config.set_join_timeout_ms(60'000);
+  config.set_heartbeat_timeout_ms(60'000);
+  return config;
+}
+
+JoinRequest Request(const std::string& node, const JobConfig& config) {
+  JoinRequest request;
+  request.set_job_id("job");
+  *request.mutable_config() = config;
+  NodeInfo* info = request.mutable_node();
+  info->set_node_id(node);
+  info->set_host("host-" + node);
+  info->set_local_world_size(1);
+  info->set_node_rank_hint(-1);
+  info->set_master_port_candidate(29500);
+  return request;
+}
+
+class HubTest : public ::testing::Test {
+ protected:
+  Pending<absl::StatusOr<Assignment>> Join(const std::string& node, const JobConfig& config) {
+    Pending<absl::StatusOr<Assignment>> join;
+    hub_.Join(Request(node, config), "10.0.0.1", hub_.NewTicket(), join.Callback());
+    return join;
+  }
+
+  // Opens the node's watch; its events (all but WatchStarted) go to `events`.
+  // Without a timer thread the hub delivers on the caller's thread, so the
+  // vector needs no lock.
+  void Watch(const std::string& node, std::vector<WatchEvent>* events) {
+    WatchRequest request;
+    request.set_job_id("job");
+    request.set_node_id(node);
+    hub_.Watch(request, hub_.NewTicket(),
+               RendezvousHub::Watcher{[events](const WatchEvent& event) {
+                                        if (!event.has_watch_started()) events->push_back(event);
+                                      },
+                                      [](absl::Status) {}});
+  }
+
+  void Advance(absl::Duration d) {
+    clock_.Advance(d);
+    hub_.RunDueTimers();
+  }
+
+  StatusResponse JobStatus() {
+    absl::StatusOr<StatusResponse> status = hub_.Status("job");
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.value_or(StatusResponse());
+  }
+
+  FakeClock clock_;
+  RendezvousHub hub_{HubOptions{.clock = &clock_, .timer_thread = false}};
+};
+
+TEST_F(HubTest, SilentNodeIsLostWhenTheClockReachesItsHeartbeatTimeoutAndNotBefore) {
+  JobConfig config = Config(2, 2);
+  config.set_heartbeat_timeout_ms(kHeartbeatMs);
+  Pending<absl::StatusOr<Assignment>> a = Join("a", config);
+  Pending<absl::StatusOr<Assignment>> b = Join("b", config);
+  ASSERT_TRUE(a.Done() && b.Done()) << "max nodes joined: the round completes at once";
+  ASSERT_TRUE(a.Wait().ok());
+  std::vector<WatchEvent> events;
+  Watch("a", &events);  // a's open stream is its heartbeat; b sends none
+
+  Advance(absl::Milliseconds(kHeartbeatMs - 1));
+  EXPECT_THAT(events, IsEmpty());
+  EXPECT_EQ(JobStatus().participants(), 2);
+
+  Advance(absl::Milliseconds(1));
+  ASSERT_THAT(events, SizeIs(1));
+  ASSERT_TRUE(events[0].has_round_changed());
+  EXPECT_EQ(events[0].round_changed().reason(), RoundChanged::NODE_LOST);
+  EXPECT_EQ(events[0].round_changed().new_round(), 1);
+  EXPECT_THAT(events[0].round_changed().detail(), HasSubstr("host-b"));
+}
+
+TEST_F(HubTest, LastCallCompletesTheRoundAtMinNodesWhenTheClockReachesItAndNotBefore) {
+  JobConfig config = Config(2, 3);
+  config.set_last_call_timeout_ms(kLastCallMs);
+  Pending<absl::StatusOr<Assignment>> a = Join("a", config);
+  Pending<absl::StatusOr<Assignment>> b = Join("b", config);
+
+  Advance(absl::Milliseconds(kLastCallMs - 1));
+  EXPECT_FALSE(a.Done());
+  EXPECT_FALSE(b.Done());
+  EXPECT_EQ(JobStatus().last_call_remaining_ms(), 1) << "Status reads the hub's clock";
+
+  Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(a.Done() && b.Done()) << "RunDueTimers delivers before it returns";
+  absl::StatusOr<Assignment> assignment = a.Wait();
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  EXPECT_EQ(assignment->group_world_size(), 2);
+  EXPECT_TRUE(b.Wait().ok());
+}
+
+TEST_F(HubTest, JoinShortOfMinNodesFailsWithDeadlineExceededWhenTheClockReachesItsJoinTimeout) {
+  JobConfig config = Config(2, 2);
+  config.set_join_timeout_ms(kJoinTimeoutMs);
+  Pending<absl::StatusOr<Assignment>> a = Join("a", config);
+
+  Advance(absl::Milliseconds(kJoinTimeoutMs - 1));
+  EXPECT_FALSE(a.Done());
+
+  Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(a.Done());
+  EXPECT_EQ(a.Wait().status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(HubTest, WithoutATimerThreadNoDeadlinePassesUntilRunDueTimers) {
+  JobConfig config = Config(2, 2);
+  config.set_join_timeout_ms(kJoinTimeoutMs);
+  Pending<absl::StatusOr<Assignment>> a = Join("a", config);
+  clock_.Advance(absl::Milliseconds(2 * kJoinTimeoutMs));
+  // Calls read the time, but only RunDueTimers runs the timers.
+  ASSERT_TRUE(hub_.Heartbeat({"job", "a"}).ok());
+  EXPECT_EQ(JobStatus().state(), "open");
+  EXPECT_FALSE(a.Done());
+
+  hub_.RunDueTimers();
+  EXPECT_EQ(a.Wait(absl::ZeroDuration()).status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(HubTest, NextDeadlineIsTheEarliestTimerOnTheHubsClock) {
+  EXPECT_EQ(hub_.NextDeadline(), std::nullopt) << "no job, no timer";
+  const absl::Time start = clock_.Now();
+  JobConfig config = Config(2, 2);
+  config.set_join_timeout_ms(kJoinTimeoutMs);
+  config.set_heartbeat_timeout_ms(2 * kJoinTimeoutMs);
+  Pending<absl::StatusOr<Assignment>> a = Join("a", config);
+  EXPECT_EQ(hub_.NextDeadline(), start + absl::Milliseconds(kJoinTimeoutMs));
+}
+
+TEST(HubRealClockTest, TheTimerThreadRunsADeadlineWhenTheRealClockReachesIt) {
+  RendezvousHub hub;  // the real clock and the timer thread
+  JobConfig config = Config(2, 2);
+  config.set_join_timeout_ms(50);
+  Pending<absl::StatusOr<Assignment>> a;
+  hub.Join(Request("a", config), "10.0.0.1", hub.NewTicket(), a.Callback());
+  EXPECT_EQ(a.Wait().status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace muster::rdzv
