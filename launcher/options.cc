@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/endpoint.h"
 
 namespace muster {
 namespace {
@@ -292,47 +293,6 @@ absl::StatusOr<bool> FlagIsOn(const GivenOptions& given, Key key) {
   return ParseFlag(*flag);
 }
 
-// Returns what is wrong with `endpoint` as host[:port] or [ipv6][:port], or "" when nothing is.
-std::string EndpointProblem(absl::string_view endpoint) {
-  auto is_host_char = [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
-  };
-  absl::string_view host;
-  std::optional<absl::string_view> port;
-  if (endpoint.front() == '[') {
-    size_t close = endpoint.find(']');
-    if (close == absl::string_view::npos) return "the [ of an IPv6 address is not closed";
-    host = endpoint.substr(1, close - 1);
-    bool v6_chars = std::all_of(host.begin(), host.end(),
-                                [&](char c) { return is_host_char(c) || c == ':' || c == '%'; });
-    if (host.empty() || !v6_chars || !absl::StrContains(host, ':')) {
-      return "the text in [ ] is not an IPv6 address";
-    }
-    absl::string_view after = endpoint.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return "only :PORT may follow the ] of an IPv6 address";
-      port = after.substr(1);
-    }
-  } else {
-    size_t colons = std::count(endpoint.begin(), endpoint.end(), ':');
-    if (colons > 1) return "an IPv6 address must be in brackets";
-    size_t colon = endpoint.find(':');
-    host = endpoint.substr(0, colon);
-    if (colon != absl::string_view::npos) port = endpoint.substr(colon + 1);
-    if (host.empty()) return "the host is missing";
-    if (!std::all_of(host.begin(), host.end(), is_host_char)) {
-      return "the host may hold only letters, digits, '-', '.' and '_'";
-    }
-  }
-  if (port) {
-    bool digits = !port->empty() && std::all_of(port->begin(), port->end(), [](char c) {
-      return absl::ascii_isdigit(static_cast<unsigned char>(c));
-    });
-    if (!digits || *ToInt(*port) > 65535) return "the port must be a number from 0 to 65535";
-  }
-  return "";
-}
-
 absl::Status ApplyNodes(const GivenOptions& given, LaunchConfig& config) {
   if (const Given* nnodes = given.Get(Key::kNnodes)) {
     constexpr absl::string_view kFix = "give --nnodes N or MIN:MAX with 0 < MIN <= MAX";
@@ -485,11 +445,11 @@ absl::Status ApplyRendezvous(const GivenOptions& given, LaunchConfig& config,
     }
     if (endpoint != nullptr) {
       if (!endpoint->value.empty()) {
-        std::string problem = EndpointProblem(endpoint->value);
-        if (!problem.empty()) {
-          return Invalid(*endpoint, problem,
-                         "give --rdzv-endpoint HOST[:PORT] or [IPV6][:PORT], e.g. node1:29400 "
-                         "or [::1]:29400");
+        // Only the shape is checked here; the port's default is the launcher's.
+        absl::StatusOr<Endpoint> parsed = ParseEndpoint(endpoint->value, 0, endpoint->spec->name);
+        if (!parsed.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(Describe(*endpoint), ": ", parsed.status().message()));
         }
       }
       config.rdzv_endpoint = endpoint->value;

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/endpoint.h"
 #include "common/hostlist.h"
 #include "launcher/nproc.h"
 
@@ -52,7 +53,7 @@ int SlurmRendezvousPort(const std::string& job_id) {
 std::string SlurmJob::Describe() const {
   return absl::StrCat("muster: in Slurm job ", job_id, " (SLURM_JOB_ID): ", nnodes,
                       " node(s) (SLURM_NNODES), this is node ", node_id,
-                      " (SLURM_NODEID); rendezvous on ", rendezvous_host(), ":", port,
+                      " (SLURM_NODEID); rendezvous on ", FormatEndpoint(rendezvous_host(), port),
                       " (first host of ", hostlist_variable, ", port from the job id); ", nproc,
                       " worker(s) per node (", nproc_from, "). Flags given override these.");
 }

@@ -21,8 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/endpoint.h"
 #include "common/log.h"
 #include "common/release_mode.h"
+#include "common/unique_addrinfo.h"
 #include "common/unique_fd.h"
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/grpc_exit.h"
@@ -53,35 +55,24 @@ int Error(int code, absl::string_view message) {
   return code;
 }
 
-std::string StripBrackets(const std::string& host) {
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    return host.substr(1, host.size() - 2);
-  }
-  return host;
-}
-
-std::string HostPort(const std::string& host, int port) {
-  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
-                                             : absl::StrCat(host, ":", port);
-}
-
 // Why gRPC could not listen, in words a user can act on: gRPC's own failure
 // says neither which nor why, so bind a socket of our own and read errno.
 std::string WhyCannotListen(const std::string& host, int port) {
-  const std::string where = HostPort(host, port);
+  const std::string where = FormatEndpoint(host, port);
   addrinfo hints = {};
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
+  addrinfo* list = nullptr;
   const std::string service = std::to_string(port);
-  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &list); rc != 0) {
     return absl::StrCat("cannot listen on ", where, ": cannot resolve ", host, " (",
                         gai_strerror(rc),
                         "); give --listen an address of this host, or 0.0.0.0 "
                         "or :: for all of them");
   }
+  const UniqueAddrInfo found(list);
   int error = 0;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+  for (const addrinfo* a = found.get(); a != nullptr; a = a->ai_next) {
     UniqueFd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) {
       error = errno;
@@ -92,7 +83,6 @@ std::string WhyCannotListen(const std::string& host, int port) {
     error = bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
     if (error != 0) break;
   }
-  freeaddrinfo(found);
   switch (error) {
     case EADDRINUSE:
       return absl::StrCat("cannot listen on ", where, ": port ", port,
@@ -178,7 +168,19 @@ int Main(int argc, char** argv) {
     return Error(kExitUsage, absl::StrCat("--listen ", listen,
                                           " looks like HOST:PORT; give the port with --port"));
   }
-  listen = StripBrackets(listen);
+  if (listen.front() == '[') {  // "[v6]": the address without its brackets
+    absl::StatusOr<Endpoint> bracketed = ParseEndpoint(listen, /*default_port=*/-1);
+    if (!bracketed.ok()) {
+      return Error(kExitUsage, absl::StrCat("--listen ", listen,
+                                            " is not an IPv6 address in brackets; give e.g. "
+                                            "[::1], ::1 or ::"));
+    }
+    if (bracketed->port != -1) {
+      return Error(kExitUsage, absl::StrCat("--listen ", listen,
+                                            " looks like HOST:PORT; give the port with --port"));
+    }
+    listen = bracketed->host;
+  }
 
   if (const char* level = std::getenv("MUSTER_LOG_LEVEL")) {
     SetLogLevel(spdlog::level::from_str(level));
@@ -200,7 +202,8 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> server =
       rdzv::RendezvousServer::Start(listen, port);
   if (!server.ok()) return Error(kExitCannotServe, WhyCannotListen(listen, port));
-  std::printf("musterd: serving rendezvous on %s\n", HostPort(listen, (*server)->port()).c_str());
+  std::printf("musterd: serving rendezvous on %s\n",
+              FormatEndpoint(listen, (*server)->port()).c_str());
   std::fflush(stdout);
 
   int signal_number = 0;

@@ -12,8 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/endpoint.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/unique_dir.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 
@@ -24,12 +26,8 @@ std::string PeerHost(const std::string& raw_peer) {
   size_t colon = peer.find(':');
   if (colon == std::string::npos) return peer;
   std::string rest = peer.substr(colon + 1);  // drop "ipv4:" / "ipv6:"
-  if (!rest.empty() && rest.front() == '[') {
-    size_t close = rest.find(']');
-    return close == std::string::npos ? rest : rest.substr(1, close - 1);
-  }
-  size_t port = rest.rfind(':');
-  return port == std::string::npos ? rest : rest.substr(0, port);
+  absl::StatusOr<Endpoint> endpoint = ParseEndpoint(rest, 0);
+  return endpoint.ok() ? endpoint->host : rest;  // not host:port ("unix:/path"): as it is
 }
 
 
@@ -164,13 +162,13 @@ absl::Status EnableKeepalive(int port, const ServerOptions& options) {
   const int probes = std::max(1, options.keepalive_probes);
   // Unacknowledged data (a push to a vanished host) gives up as soon.
   const unsigned user_timeout_ms = static_cast<unsigned>(1000 * idle * (probes + 1));
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return ErrnoToStatus(errno, "opendir /proc/self/fd");
+  const UniqueDir dir(opendir("/proc/self/fd"));
+  if (!dir.valid()) return ErrnoToStatus(errno, "opendir /proc/self/fd");
   int found = 0;
   absl::Status status;
-  while (const dirent* entry = readdir(dir)) {
+  while (const dirent* entry = readdir(dir.get())) {
     const int fd = std::atoi(entry->d_name);
-    if (fd <= 2 || fd == dirfd(dir)) continue;
+    if (fd <= 2 || fd == dirfd(dir.get())) continue;
     // The listeners, and the connections they accepted before this ran
     // (agents retry while the server starts): both have the port locally.
     int listening = 0;
@@ -199,7 +197,6 @@ absl::Status EnableKeepalive(int port, const ServerOptions& options) {
     }
     ++found;
   }
-  closedir(dir);
   if (!status.ok()) return status;
   if (found == 0) {
     return absl::InternalError(absl::StrCat("cannot find the listening socket of port ", port,
@@ -299,10 +296,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
       static_cast<int>(absl::ToInt64Milliseconds(kMinClientKeepaliveInterval / 2)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  const std::string address =
-      host.find(':') != std::string::npos && host.front() != '['
-          ? absl::StrCat("[", host, "]:", port)
-          : absl::StrCat(host, ":", port);
+  const std::string address = FormatEndpoint(host, port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();

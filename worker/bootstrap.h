@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/unique_fd.h"
+#include "worker/backend.h"
 #include "worker/env.h"
 #include "worker/net.h"
 #include "worker/worker.pb.h"
@@ -20,7 +21,7 @@
 namespace muster::worker {
 
 struct BootstrapOptions {
-  std::string backend = "auto";  // "auto", "nccl", "shm" or "tcp"
+  Backend backend = Backend::kAuto;
   absl::Duration timeout = absl::Seconds(60);
   // Rank 0, when the backend is NCCL: a fresh ncclUniqueId.
   std::function<absl::StatusOr<std::string>()> make_nccl_id;

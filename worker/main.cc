@@ -4,155 +4,21 @@
 // MASTER_PORT), so it runs the same under muster, torchrun or srun.
 //
 // Exit status: 0 every result correct; 1 a wrong result, or a rank failed;
-// 2 bad options or environment.
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <chrono>
+// 2 bad options or environment. main parses the flags; the run is run.h's.
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <functional>
-#include <memory>
-#include <optional>
+#include <new>
 #include <string>
-#include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/str_cat.h"
-#include "common/process_env.h"
-#include "common/status.h"
-#include "worker/bootstrap.h"
-#include "worker/data.h"
-#include "worker/env.h"
-#include "worker/net.h"
-#include "worker/report.h"
-#include "worker/runner.h"
-#include "worker/shm_ring.h"
-#include "worker/sweep.h"
-#include "worker/tcp_ring.h"
-#ifdef MUSTER_HAVE_NCCL
-#include "worker/nccl_backend.h"
-#endif
+#include "worker/backend.h"
+#include "worker/run.h"
 
 namespace muster::worker {
 namespace {
 
-constexpr int kExitWrong = 1;
-constexpr int kExitUsage = 2;
-
-struct Options {
-  std::string min_bytes = "8";
-  std::string max_bytes = "32M";
-  int factor = 2;
-  std::string dtype = "float";
-  int iterations = 20;
-  int warmup = 5;
-  std::string backend = "auto";
-  int timeout_s = 60;
-  std::string json;
-};
-
-// This boot of this machine, and the /dev/shm this rank sees: ranks with the
-// same can share memory. Containers on one machine (pods on one node) share
-// the boot but each may have its own /dev/shm, where a segment of rank 0's
-// is not there for the others.
-std::string MachineId() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  struct stat shm {};
-  // Without /dev/shm, no rank shares memory with another: an id of its own.
-  if (stat("/dev/shm", &shm) != 0) return absl::StrCat(id, " without /dev/shm, pid ", getpid());
-  return absl::StrCat(id, " /dev/shm ", shm.st_dev, ":", shm.st_ino);
-}
-
-// The CPU backends (TCP ring, shared memory): buffers in host memory.
-class HostRunner final : public Runner {
- public:
-  using AllReduceFn = std::function<absl::Status(void* data, int64_t count, DataType type)>;
-  HostRunner(AllReduceFn all_reduce, const WorkerEnv& env, const RunnerOptions& options,
-             int64_t max_bytes)
-      : all_reduce_(std::move(all_reduce)), env_(env), options_(options), send_(max_bytes),
-        recv_(max_bytes), corrupt_(options.corrupt_rank == env.rank) {}
-
-  absl::StatusOr<LocalResult> Run(const SweepSize& size, DataType type) override {
-    LocalResult result;
-    using Clock = std::chrono::steady_clock;
-    const size_t bytes = static_cast<size_t>(size.bytes);
-    Fill(send_.data(), size.count, type, env_.rank, env_.world_size);
-    for (const bool inplace : {false, true}) {
-      // Out-of-place: copy the input into the output buffer, then sum there.
-      auto op = [&]() -> absl::Status {
-        if (!inplace) std::memcpy(recv_.data(), send_.data(), bytes);
-        return all_reduce_(recv_.data(), size.count, type);
-      };
-      for (int i = 0; i < options_.warmup; ++i) MUSTER_RETURN_IF_ERROR(op());
-      const Clock::time_point start = Clock::now();
-      for (int i = 0; i < options_.iterations; ++i) MUSTER_RETURN_IF_ERROR(op());
-      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
-                        std::max(1, options_.iterations);
-      // The check: fresh values, one more all-reduce.
-      if (inplace) Fill(recv_.data(), size.count, type, env_.rank, env_.world_size);
-      MUSTER_RETURN_IF_ERROR(op());
-      if (corrupt_) Fill(recv_.data(), 1, type, env_.rank + 1, env_.world_size);  // the test hook
-      const int64_t wrong = CountWrong(recv_.data(), size.count, type, env_.world_size);
-      (inplace ? result.inplace_time_us : result.time_us) = us;
-      (inplace ? result.inplace_wrong : result.wrong) = wrong;
-    }
-    return result;
-  }
-
- private:
-  AllReduceFn all_reduce_;
-  const WorkerEnv env_;
-  const RunnerOptions options_;
-  std::vector<char> send_, recv_;
-  const bool corrupt_;
-};
-
-// The ring's two connections: to the next rank (which this rank opens) and
-// from the previous one (which it accepts, checking who it is).
-absl::StatusOr<TcpRing> ConnectRing(const WorkerEnv& env, const Welcome& welcome,
-                                    Listener& listener, absl::Duration timeout) {
-  const int n = env.world_size;
-  if (n == 1) return TcpRing(0, 1, UniqueFd(), UniqueFd(), timeout, "", "");
-  const int next = (env.rank + 1) % n, prev = (env.rank + n - 1) % n;
-  const absl::Time deadline = absl::Now() + timeout;
-  const Peer& to = welcome.peers(next);
-  absl::StatusOr<UniqueFd> out = Connect(to.addr(), to.ring_port(), deadline);
-  if (!out.ok()) {
-    return absl::UnavailableError(absl::StrCat("cannot open the ring to ", RankName(welcome, next),
-                                               ": ", out.status().message()));
-  }
-  const int32_t me = env.rank;
-  MUSTER_RETURN_IF_ERROR(SendAll(out->get(), &me, sizeof me, deadline));
-  absl::StatusOr<UniqueFd> in = Accept(listener.fd.get(), deadline);
-  if (!in.ok()) {
-    return absl::DeadlineExceededError(absl::StrCat(RankName(welcome, prev),
-                                                    " never opened its ring connection: ",
-                                                    in.status().message()));
-  }
-  int32_t from = -1;
-  MUSTER_RETURN_IF_ERROR(RecvAll(in->get(), &from, sizeof from, deadline));
-  if (from != prev) {
-    return absl::InternalError(absl::StrCat("ring connection from rank ", from, ", expected ", prev));
-  }
-  TuneForBulk(out->get());
-  TuneForBulk(in->get());
-  return TcpRing(env.rank, n, *std::move(out), *std::move(in), timeout, RankName(welcome, next),
-                 RankName(welcome, prev));
-}
-
-int Fail(const WorkerEnv& env, const absl::Status& status) {
-  std::fprintf(stderr, "muster-allreduce: rank %d: error: %s\n", env.rank,
-               std::string(status.message()).c_str());
-  return absl::IsInvalidArgument(status) ? kExitUsage : kExitWrong;
-}
-
 int Main(int argc, char** argv) {
-  Options options;
+  AllReduceOptions options;
+  std::string backend = BackendName(options.backend);
   CLI::App app("muster-allreduce: an all-reduce across every rank of the job, checked and timed "
                "like nccl-tests' all_reduce_perf. Run it under muster, torchrun or srun.");
   app.add_option("-b,--minbytes", options.min_bytes, "smallest size: 8, 64K, 1G")->capture_default_str();
@@ -163,7 +29,7 @@ int Main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1'000'000));
   app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations first")
       ->capture_default_str()->check(CLI::Range(0, 1'000'000));
-  app.add_option("--backend", options.backend,
+  app.add_option("--backend", backend,
                  "nccl, shm (shared memory, one machine), tcp, or auto: NCCL where every rank "
                  "has a GPU, else shared memory where all run on one machine, else TCP")
       ->capture_default_str()->check(CLI::IsMember({"auto", "nccl", "shm", "tcp"}));
@@ -176,198 +42,13 @@ int Main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitUsage;
   }
-
-  absl::StatusOr<WorkerEnv> env = ReadWorkerEnv(GetEnv);
-  if (!env.ok()) {
-    std::fprintf(stderr, "muster-allreduce: error: %s\n", std::string(env.status().message()).c_str());
+  absl::StatusOr<Backend> asked = ParseBackend(backend);  // CLI11 checked the name already
+  if (!asked.ok()) {
+    std::fprintf(stderr, "muster-allreduce: error: %s\n", std::string(asked.status().message()).c_str());
     return kExitUsage;
   }
-  if (env->rank == 0 && !env->under.empty()) {
-    std::fprintf(stderr, "muster-allreduce: %s\n", env->under.c_str());
-  }
-  absl::StatusOr<DataType> type = ParseDataType(options.dtype);
-  absl::StatusOr<int64_t> min_bytes = ParseBytes(options.min_bytes);
-  absl::StatusOr<int64_t> max_bytes = ParseBytes(options.max_bytes);
-  for (const absl::Status& s : {type.status(), min_bytes.status(), max_bytes.status()}) {
-    if (!s.ok()) return Fail(*env, s);
-  }
-  absl::StatusOr<std::vector<SweepSize>> sweep = SizeSweep(*min_bytes, *max_bytes, options.factor, *type);
-  if (!sweep.ok()) return Fail(*env, sweep.status());
-  const absl::Duration timeout = absl::Seconds(options.timeout_s);
-
-  Hello me;
-  me.set_rank(env->rank);
-  me.set_world_size(env->world_size);
-  me.set_host(HostName());
-  me.set_machine(MachineId());
-  me.set_job(env->job);
-  // Every rank must run the same sweep; rank 0 compares.
-  me.set_sweep(absl::StrCat("-b ", options.min_bytes, " -e ", options.max_bytes, " -f ",
-                            options.factor, " -d ", options.dtype, " -n ", options.iterations,
-                            " -w ", options.warmup));
-  BootstrapOptions bootstrap_options;
-  bootstrap_options.backend = options.backend;
-  bootstrap_options.timeout = timeout;
-#ifdef MUSTER_HAVE_NCCL
-  // The CPU backends leave the GPUs alone.
-  const bool cpu_only = options.backend == "tcp" || options.backend == "shm";
-  absl::StatusOr<GpuInfo> gpu = cpu_only ? GpuInfo{} : ProbeGpu(env->local_rank);
-  if (!gpu.ok()) return Fail(*env, gpu.status());
-  me.set_bus_id(gpu->bus_id);
-  me.set_can_nccl(gpu->present);
-  // A GPU is set up, and NCCL picks it, only where every rank has one.
-  bootstrap_options.make_nccl_id = [&gpu] { return NewNcclId(gpu->device); };
-#endif
-  // Test hook: a fake GPU bus id, to prove the duplicate-GPU check on CPUs.
-  if (std::optional<std::string> fake = GetEnv("MUSTER_ALLREDUCE_TEST_BUS_ID")) me.set_bus_id(*fake);
-  std::optional<SharedMemoryAllReduce> shm;
-  const int64_t buffer_bytes = sweep->back().bytes;
-  bootstrap_options.create_shm = [&](const std::string& name) -> absl::Status {
-    absl::StatusOr<SharedMemoryAllReduce> created =
-        SharedMemoryAllReduce::Create(name, env->world_size, buffer_bytes);
-    if (!created.ok()) return created.status();
-    shm.emplace(*std::move(created));
-    return absl::OkStatus();
-  };
-  absl::StatusOr<Listener> ring_listener = Listen(0);
-  if (!ring_listener.ok()) return Fail(*env, ring_listener.status());
-  me.set_ring_port(ring_listener->port);
-
-  absl::StatusOr<Bootstrapped> boot = Bootstrap(*env, me, bootstrap_options);
-  if (!boot.ok()) return Fail(*env, boot.status());
-  const Welcome& welcome = boot->welcome;
-  RunnerOptions runner_options;
-  runner_options.warmup = options.warmup;
-  runner_options.iterations = options.iterations;
-  // Test hook: this rank spoils its result, to prove wrong values are caught.
-  runner_options.corrupt_rank =
-      std::atoi(GetEnv("MUSTER_ALLREDUCE_TEST_CORRUPT_RANK").value_or("-1").c_str());
-
-  std::unique_ptr<Runner> runner;
-  if (welcome.backend() == "tcp") {
-    absl::StatusOr<TcpRing> ring = ConnectRing(*env, welcome, *ring_listener, timeout);
-    if (!ring.ok()) return Fail(*env, ring.status());
-    auto shared = std::make_shared<TcpRing>(*std::move(ring));
-    runner = std::make_unique<HostRunner>(
-        [shared](void* data, int64_t count, DataType type) {
-          return shared->AllReduce(data, count, type);
-        },
-        *env, runner_options, buffer_bytes);
-  } else if (welcome.backend() == "shm") {
-    if (env->rank != 0) {
-      absl::StatusOr<SharedMemoryAllReduce> opened =
-          SharedMemoryAllReduce::Open(welcome.shm_name(), env->rank, env->world_size,
-                                      buffer_bytes);
-      if (!opened.ok()) return Fail(*env, opened.status());
-      shm.emplace(*std::move(opened));
-    }
-    shm->rank_name = [&welcome](int r) { return RankName(welcome, r); };
-    if (absl::Status attached = shm->Attached(timeout); !attached.ok()) return Fail(*env, attached);
-    runner = std::make_unique<HostRunner>(
-        [&shm, timeout](void* data, int64_t count, DataType type) {
-          return shm->AllReduce(data, count, type, timeout);
-        },
-        *env, runner_options, buffer_bytes);
-  } else {
-#ifdef MUSTER_HAVE_NCCL
-    absl::StatusOr<std::unique_ptr<Runner>> nccl =
-        NewNcclRunner(*env, welcome, *gpu, buffer_bytes, runner_options, timeout);
-    if (!nccl.ok()) return Fail(*env, nccl.status());
-    runner = *std::move(nccl);
-#else
-    return Fail(*env, absl::InternalError("rank 0 chose NCCL, which this build does not have"));
-#endif
-  }
-  ring_listener->fd.reset();
-
-  RunSummary summary;
-  summary.backend = welcome.backend();
-  summary.world_size = env->world_size;
-  for (const Peer& peer : welcome.peers()) {
-    summary.hosts.push_back(peer.host());
-    summary.devices.push_back(peer.bus_id().empty() ? "cpu" : peer.bus_id());
-  }
-  if (env->rank == 0) {
-    std::printf("# muster-allreduce: %d ranks, backend %s, sizes %s to %s (x%d), %d warm-up and "
-                "%d timed iterations each\n",
-                env->world_size, welcome.backend().c_str(), options.min_bytes.c_str(),
-                options.max_bytes.c_str(), options.factor, options.warmup, options.iterations);
-    for (int r = 0; r < env->world_size; ++r) {
-      std::printf("#  rank %3d on %s, %s\n", r, summary.hosts[r].c_str(),
-                  summary.devices[r] == "cpu" ? "cpu" : ("GPU " + summary.devices[r]).c_str());
-    }
-    std::printf("#\n%s", TableHeader().c_str());
-    std::fflush(stdout);
-  }
-
-  const absl::Duration report_timeout = timeout;
-  for (const SweepSize& size : *sweep) {
-    absl::StatusOr<LocalResult> local = runner->Run(size, *type);
-    SizeReport report;
-    if (local.ok()) {
-      report.set_time_us(local->time_us);
-      report.set_wrong(local->wrong);
-      report.set_inplace_time_us(local->inplace_time_us);
-      report.set_inplace_wrong(local->inplace_wrong);
-    } else {
-      report.set_error(std::string(local.status().message()));
-    }
-    if (env->rank != 0) {
-      SendMessage(boot->root.get(), report, absl::Now() + report_timeout).IgnoreError();
-      if (!local.ok()) return Fail(*env, local.status());
-      continue;
-    }
-    if (!local.ok()) return Fail(*env, local.status());
-    SizeResult row{size.bytes, size.count, *type, local->time_us, local->wrong,
-                   local->inplace_time_us, local->inplace_wrong};
-    for (int r = 1; r < env->world_size; ++r) {
-      SizeReport theirs;
-      absl::Status got = RecvMessage(boot->ranks[r].get(), &theirs, absl::Now() + report_timeout);
-      if (!got.ok()) {
-        return Fail(*env, absl::UnavailableError(absl::StrCat(
-            RankName(welcome, r), " sent no results for ", size.bytes, " bytes: ", got.message(),
-            absl::IsUnavailable(got) ? " (it died or failed)" : "")));
-      }
-      if (!theirs.error().empty()) {
-        return Fail(*env, absl::UnavailableError(absl::StrCat(RankName(welcome, r),
-                                                              " failed: ", theirs.error())));
-      }
-      row.time_us += theirs.time_us();
-      row.inplace_time_us += theirs.inplace_time_us();
-      row.wrong += theirs.wrong();
-      row.inplace_wrong += theirs.inplace_wrong();
-    }
-    row.time_us /= env->world_size;
-    row.inplace_time_us /= env->world_size;
-    std::printf("%s", TableRow(row, env->world_size).c_str());
-    std::fflush(stdout);
-    summary.results.push_back(row);
-  }
-  if (env->rank != 0) {  // rank 0 says whether the results were right
-    if (absl::Status finished = runner->Finish(); !finished.ok()) return Fail(*env, finished);
-    return 0;
-  }
-
-  int64_t wrong = 0;
-  for (const SizeResult& r : summary.results) wrong += r.wrong + r.inplace_wrong;
-  std::printf("# Wrong values         : %lld %s\n", static_cast<long long>(wrong), wrong == 0 ? "OK" : "FAILED");
-  std::printf("# Avg bus bandwidth    : %.4f GB/s\n", AverageBusBandwidth(summary.results, env->world_size));
-  bool written = true;
-  if (!options.json.empty()) {
-    std::ofstream out(options.json);
-    out << JsonReport(summary);
-    written = static_cast<bool>(out);
-    if (!written) std::fprintf(stderr, "muster-allreduce: cannot write %s\n", options.json.c_str());
-  }
-  // After the verdict and the JSON, so that a failure here loses neither.
-  if (absl::Status finished = runner->Finish(); !finished.ok()) return Fail(*env, finished);
-  if (!written) return kExitWrong;
-  if (wrong != 0) {
-    std::fprintf(stderr, "muster-allreduce: %lld wrong values: the all-reduce is broken\n",
-                 static_cast<long long>(wrong));
-    return kExitWrong;
-  }
-  return 0;
+  options.backend = *asked;
+  return RunAllReduce(options);
 }
 
 }  // namespace
@@ -378,6 +59,6 @@ int main(int argc, char** argv) {
     return muster::worker::Main(argc, argv);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "muster-allreduce: error: out of memory for the buffers; lower -e\n");
-    return 2;
+    return muster::worker::kExitUsage;
   }
 }

@@ -45,33 +45,57 @@ ncclDataType_t NcclType(DataType type) {
   return ncclFloat32;
 }
 
-// Owners of what CUDA and NCCL hand out.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
+// A move-only owner of one handle that CUDA or NCCL hands out: released
+// (by `Release`) when dropped. Create calls write into out().
+template <typename Handle, typename Release>
+class Owned {
+ public:
+  Owned() = default;
+  Owned(Owned&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Owned& operator=(Owned&& other) noexcept {
+    if (this != &other) reset(std::exchange(other.handle_, nullptr));
+    return *this;
   }
-};
-struct Stream {
-  cudaStream_t stream = nullptr;
-  ~Stream() {
-    if (stream != nullptr) cudaStreamDestroy(stream);
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() { reset(); }
+
+  Handle get() const { return handle_; }
+  // Releases what is held, for a create call to fill.
+  Handle* out() {
+    reset();
+    return &handle_;
   }
-};
-struct Event {
-  cudaEvent_t event = nullptr;
-  ~Event() {
-    if (event != nullptr) cudaEventDestroy(event);
+  Handle release() { return std::exchange(handle_, nullptr); }
+  void reset(Handle handle = nullptr) {
+    if (handle_ != nullptr) Release()(handle_);
+    handle_ = handle;
   }
+
+ private:
+  Handle handle_ = nullptr;
 };
-struct Comm {
-  ncclComm_t comm = nullptr;
-  // Left set only on an error (Finish clears it): abort, which stops the
-  // kernels still waiting for a dead peer. ncclCommDestroy would wait for it.
-  ~Comm() {
-    if (comm != nullptr) ncclCommAbort(comm);
-  }
+
+struct FreeDevice {
+  void operator()(void* ptr) const { cudaFree(ptr); }
 };
+struct DestroyStream {
+  void operator()(cudaStream_t stream) const { cudaStreamDestroy(stream); }
+};
+struct DestroyEvent {
+  void operator()(cudaEvent_t event) const { cudaEventDestroy(event); }
+};
+// Held only on an error (Finish releases it for ncclCommDestroy): abort,
+// which stops the kernels still waiting for a dead peer. ncclCommDestroy
+// would wait for them.
+struct AbortComm {
+  void operator()(ncclComm_t comm) const { ncclCommAbort(comm); }
+};
+
+using DeviceBuffer = Owned<void*, FreeDevice>;
+using Stream = Owned<cudaStream_t, DestroyStream>;
+using Event = Owned<cudaEvent_t, DestroyEvent>;
+using Comm = Owned<ncclComm_t, AbortComm>;
 
 // Collectives run between waits on the stream: a dead peer is found within
 // the timeout of the group it stalls, and a long run is not one long wait.
@@ -90,19 +114,19 @@ class NcclRunner final : public Runner {
   ~NcclRunner() override {
     // An abort stops kernels waiting for a dead peer, but NCCL's own threads
     // have been seen to hang in it: the watchdog stays armed.
-    if (comm_.comm != nullptr) watchdog_.Arm("aborting the NCCL communicator");
+    if (comm_.get() != nullptr) watchdog_.Arm("aborting the NCCL communicator");
   }
 
   absl::Status Init(const Welcome& welcome, const GpuInfo& gpu, int64_t max_bytes) {
     MUSTER_CUDA(cudaSetDevice(gpu.device));
-    MUSTER_CUDA(cudaStreamCreateWithFlags(&stream_.stream, cudaStreamNonBlocking));
-    MUSTER_CUDA(cudaEventCreate(&start_.event));
-    MUSTER_CUDA(cudaEventCreate(&stop_.event));
+    MUSTER_CUDA(cudaStreamCreateWithFlags(stream_.out(), cudaStreamNonBlocking));
+    MUSTER_CUDA(cudaEventCreate(start_.out()));
+    MUSTER_CUDA(cudaEventCreate(stop_.out()));
     for (Event& done : group_done_) {
-      MUSTER_CUDA(cudaEventCreateWithFlags(&done.event, cudaEventDisableTiming));
+      MUSTER_CUDA(cudaEventCreateWithFlags(done.out(), cudaEventDisableTiming));
     }
-    MUSTER_CUDA(cudaMalloc(&send_.ptr, static_cast<size_t>(max_bytes)));
-    MUSTER_CUDA(cudaMalloc(&recv_.ptr, static_cast<size_t>(max_bytes)));
+    MUSTER_CUDA(cudaMalloc(send_.out(), static_cast<size_t>(max_bytes)));
+    MUSTER_CUDA(cudaMalloc(recv_.out(), static_cast<size_t>(max_bytes)));
     host_.resize(static_cast<size_t>(max_bytes));
     ncclUniqueId id;
     if (welcome.nccl_id().size() != sizeof id.internal) {
@@ -116,7 +140,7 @@ class NcclRunner final : public Runner {
     setenv("NCCL_COMM_BLOCKING", "1", 1);
     watchdog_.Arm("joining the NCCL communicator");
     absl::Cleanup disarm = [this] { watchdog_.Disarm(); };
-    return NcclStatus(ncclCommInitRank(&comm_.comm, env_.world_size, id, env_.rank),
+    return NcclStatus(ncclCommInitRank(comm_.out(), env_.world_size, id, env_.rank),
                       "ncclCommInitRank");
   }
 
@@ -125,19 +149,19 @@ class NcclRunner final : public Runner {
   absl::Status Finish() override {
     watchdog_.Arm("finishing the NCCL communicator");
     absl::Cleanup disarm = [this] { watchdog_.Disarm(); };
-    MUSTER_NCCL(ncclCommFinalize(comm_.comm));
-    return NcclStatus(ncclCommDestroy(std::exchange(comm_.comm, nullptr)), "ncclCommDestroy");
+    MUSTER_NCCL(ncclCommFinalize(comm_.get()));
+    return NcclStatus(ncclCommDestroy(comm_.release()), "ncclCommDestroy");
   }
 
   absl::StatusOr<LocalResult> Run(const SweepSize& size, DataType type) override {
     LocalResult result;
     const size_t bytes = static_cast<size_t>(size.bytes);
     for (const bool inplace : {false, true}) {
-      void* in = inplace ? recv_.ptr : send_.ptr;
+      void* in = inplace ? recv_.get() : send_.get();
       // Copies go on the collective's stream, so that they are ordered with it.
       auto load = [&]() -> absl::Status {
         Fill(host_.data(), size.count, type, env_.rank, env_.world_size);
-        MUSTER_CUDA(cudaMemcpyAsync(in, host_.data(), bytes, cudaMemcpyHostToDevice, stream_.stream));
+        MUSTER_CUDA(cudaMemcpyAsync(in, host_.data(), bytes, cudaMemcpyHostToDevice, stream_.get()));
         return Wait();
       };
       // Groups of collectives, each queued while the one before runs: the
@@ -151,27 +175,27 @@ class NcclRunner final : public Runner {
         for (int i = 0, group = 0; i < count; ++group) {
           watchdog_.Arm(absl::StrCat("an all-reduce of ", size.bytes, " bytes"));
           for (const int end = std::min(count, i + kOpsPerWait); i < end; ++i) {
-            MUSTER_NCCL(ncclAllReduce(in, recv_.ptr, size.count, NcclType(type), ncclSum,
-                                      comm_.comm, stream_.stream));
+            MUSTER_NCCL(ncclAllReduce(in, recv_.get(), size.count, NcclType(type), ncclSum,
+                                      comm_.get(), stream_.get()));
           }
-          MUSTER_CUDA(cudaEventRecord(group_done_[group % 2].event, stream_.stream));
-          if (group > 0) MUSTER_RETURN_IF_ERROR(Wait(group_done_[(group - 1) % 2].event));
+          MUSTER_CUDA(cudaEventRecord(group_done_[group % 2].get(), stream_.get()));
+          if (group > 0) MUSTER_RETURN_IF_ERROR(Wait(group_done_[(group - 1) % 2].get()));
         }
-        if (stop != nullptr) MUSTER_CUDA(cudaEventRecord(stop, stream_.stream));
+        if (stop != nullptr) MUSTER_CUDA(cudaEventRecord(stop, stream_.get()));
         return Wait();
       };
       MUSTER_RETURN_IF_ERROR(load());
       // At least one untimed: NCCL connects to peers on first use.
       MUSTER_RETURN_IF_ERROR(ops(std::max(1, options_.warmup), nullptr));
-      MUSTER_CUDA(cudaEventRecord(start_.event, stream_.stream));
-      MUSTER_RETURN_IF_ERROR(ops(options_.iterations, stop_.event));
+      MUSTER_CUDA(cudaEventRecord(start_.get(), stream_.get()));
+      MUSTER_RETURN_IF_ERROR(ops(options_.iterations, stop_.get()));
       float ms = 0;
-      MUSTER_CUDA(cudaEventElapsedTime(&ms, start_.event, stop_.event));
+      MUSTER_CUDA(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
       // The check: fresh values, one more all-reduce, the result to the host.
       MUSTER_RETURN_IF_ERROR(load());
       MUSTER_RETURN_IF_ERROR(ops(1, nullptr));
-      MUSTER_CUDA(cudaMemcpyAsync(host_.data(), recv_.ptr, bytes, cudaMemcpyDeviceToHost,
-                                  stream_.stream));
+      MUSTER_CUDA(cudaMemcpyAsync(host_.data(), recv_.get(), bytes, cudaMemcpyDeviceToHost,
+                                  stream_.get()));
       MUSTER_RETURN_IF_ERROR(Wait());
       if (options_.corrupt_rank == env_.rank) {
         Fill(host_.data(), 1, type, env_.rank + 1, env_.world_size);  // the test hook
@@ -192,11 +216,11 @@ class NcclRunner final : public Runner {
     const absl::Time deadline = absl::Now() + timeout_;
     while (true) {
       const cudaError_t state =
-          event != nullptr ? cudaEventQuery(event) : cudaStreamQuery(stream_.stream);
+          event != nullptr ? cudaEventQuery(event) : cudaStreamQuery(stream_.get());
       if (state == cudaSuccess) return absl::OkStatus();
       if (state != cudaErrorNotReady) return CudaStatus(state, "the all-reduce");
       ncclResult_t async = ncclSuccess;
-      MUSTER_NCCL(ncclCommGetAsyncError(comm_.comm, &async));
+      MUSTER_NCCL(ncclCommGetAsyncError(comm_.get(), &async));
       if (async != ncclSuccess && async != ncclInProgress) {
         return NcclStatus(async, "the all-reduce (a peer failed?)");
       }

@@ -15,7 +15,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/endpoint.h"
 #include "common/status.h"
+#include "common/unique_addrinfo.h"
 
 namespace muster::worker {
 namespace {
@@ -70,15 +72,16 @@ absl::StatusOr<UniqueFd> Connect(const std::string& host, int port, absl::Time d
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
+  addrinfo* list = nullptr;
   const std::string service = std::to_string(port);
-  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &list); rc != 0) {
     return absl::InvalidArgumentError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
   }
+  const UniqueAddrInfo found(list);
   std::string last_error = "nothing tried";
   absl::Duration pause = absl::Milliseconds(20);
   while (true) {
-    for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    for (const addrinfo* a = found.get(); a != nullptr; a = a->ai_next) {
       // Non-blocking, so that a host that drops the SYN costs the deadline, not minutes.
       UniqueFd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
       if (!fd.valid()) continue;
@@ -95,7 +98,6 @@ absl::StatusOr<UniqueFd> Connect(const std::string& host, int port, absl::Time d
       }
       if (error == 0) {
         fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
-        freeaddrinfo(found);
         return fd;
       }
       last_error = std::strerror(error);
@@ -104,9 +106,8 @@ absl::StatusOr<UniqueFd> Connect(const std::string& host, int port, absl::Time d
     absl::SleepFor(pause);  // the listener may not be up yet
     pause = std::min(pause * 2, absl::Milliseconds(500));
   }
-  freeaddrinfo(found);
   return absl::DeadlineExceededError(
-      absl::StrCat("cannot connect to ", host, ":", port, " (", last_error, ")"));
+      absl::StrCat("cannot connect to ", FormatEndpoint(host, port), " (", last_error, ")"));
 }
 
 void TuneForBulk(int fd) {

@@ -1,0 +1,190 @@
+#include "launcher/run.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "agent/agent.h"
+#include "common/endpoint.h"
+#include "common/log.h"
+#include "common/process_env.h"
+#include "launcher/local_address.h"
+#include "launcher/nproc.h"
+#include "launcher/program.h"
+#include "launcher/rendezvous_host.h"
+#include "rendezvous/grpc_exit.h"
+#include "rendezvous/grpc_log.h"
+#include "rendezvous/local_client.h"
+#include "rendezvous/service.h"
+#include "rendezvous/state.h"
+
+namespace muster {
+namespace {
+
+constexpr int kDefaultRdzvPort = 29400;
+
+// Every check before the start is a usage error, whatever its own code.
+absl::Status Usage(const absl::Status& status) {
+  return absl::InvalidArgumentError(status.message());
+}
+
+int UsableCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+// The directory of this muster binary: the bundled muster-allreduce lives
+// there, and is found even when that directory is not on PATH.
+std::string SelfDirectory() {
+  char self[PATH_MAX] = {};
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (length <= 0) return "";
+  const std::string path(self, static_cast<size_t>(length));
+  return path.substr(0, path.rfind('/'));
+}
+
+// The rendezvous this node's agent uses. The node that hosts it talks to its
+// hub in-process; the others reach it over gRPC.
+struct Rendezvous {
+  std::unique_ptr<rdzv::RendezvousServer> server;  // set when this node serves others
+  std::shared_ptr<rdzv::RendezvousHub> hub;        // set when it runs in this process
+  std::unique_ptr<rdzv::RendezvousClient> client;
+
+  // The server stops taking calls first, then the hub tells what waits that
+  // it is going away; both are dropped, and gRPC has cleaned up on return
+  // (see grpc_exit.h). Call after the agent that used `client` is gone.
+  void Shutdown() {
+    if (server) server->Shutdown();
+    if (hub) hub->Shutdown();
+    server.reset();
+    hub.reset();
+    client.reset();
+    rdzv::WaitForGrpcShutdown(absl::Seconds(2));
+  }
+};
+
+// How long the agent lets the server be silent (see channel.h); a third of
+// the heartbeat timeout at most, so that after a network outage the agent
+// finds its dropped connection (and reopens its watch) well before the
+// server gives up on it.
+absl::Duration ClientKeepalive(const RdzvConf& conf) {
+  return std::min(absl::FromChrono(conf.keep_alive_interval) * conf.keep_alive_max_attempt,
+                  absl::FromChrono(conf.heartbeat_timeout) / 3);
+}
+
+// `one_node`: standalone or static, where nobody else needs to reach the
+// rendezvous. Errors are usage errors.
+absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_node, bool quiet) {
+  Rendezvous out;
+  if (one_node) {
+    // The rendezvous only counts restarts; it gets no port. Its log would
+    // repeat the agent's.
+    if (quiet) Logger("rdzv")->set_level(spdlog::level::warn);
+    out.hub = std::make_shared<rdzv::RendezvousHub>();
+    out.client = rdzv::NewLocalClient(out.hub, "127.0.0.1");
+    return out;
+  }
+  if (config.rdzv_endpoint.empty()) {
+    return absl::InvalidArgumentError(
+        "--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT], the node that hosts the "
+        "rendezvous");
+  }
+  absl::StatusOr<Endpoint> endpoint =
+      ParseEndpoint(config.rdzv_endpoint, kDefaultRdzvPort, "--rdzv-endpoint");
+  if (!endpoint.ok()) return endpoint.status();
+  const std::string dial_host = NumericLoopback(endpoint->host);
+  const HostingFacts facts{endpoint->host, HostName(), config.local_addr, config.rdzv_conf.is_host};
+  if (ShouldHostRendezvous(facts, IsLocalAddress)) {
+    absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
+        rdzv::RendezvousServer::Start(BindHost(endpoint->host), endpoint->port);
+    if (started.ok()) {
+      out.server = *std::move(started);
+      out.hub = out.server->hub();
+      // The other nodes reach this one at the endpoint's host.
+      out.client = rdzv::NewLocalClient(out.hub, dial_host);
+      Logger("agent")->info("hosting the rendezvous for job '{}' on port {}", config.rdzv_id,
+                            endpoint->port);
+      return out;
+    }
+    if (config.rdzv_conf.is_host.value_or(false)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("is_host=1, but ", started.status().message()));
+    }
+    // Else another agent on this host bound it first: be its client.
+  }
+  out.client = rdzv::RendezvousClient::Create(FormatEndpoint(dial_host, endpoint->port),
+                                              ClientKeepalive(config.rdzv_conf));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<int> RunLaunch(LaunchConfig config) {
+  const std::optional<std::string> log_level = GetEnv("MUSTER_LOG_LEVEL");
+  if (log_level) SetLogLevel(spdlog::level::from_str(*log_level));
+  if (absl::Status id = rdzv::ValidateJobId(config.rdzv_id); !id.ok()) return Usage(id);
+
+  const int gpus = CountVisibleGpus(GetEnv("CUDA_VISIBLE_DEVICES"));
+  absl::StatusOr<int> nproc =
+      ResolveNproc(config.nproc_kind, config.nproc_per_node, gpus, UsableCpus());
+  if (!nproc.ok()) return Usage(nproc.status());
+
+  const std::string path = GetEnv("PATH").value_or("/usr/bin:/bin");
+  absl::StatusOr<Program> program = ResolveProgram({config.script, config.module, config.no_python,
+                                                    path, SelfDirectory(), GetEnv("PYTHON_EXEC")});
+  if (!program.ok()) return program.status();
+  config.no_python = program->no_python;
+
+  const bool static_backend = config.rdzv_backend == RdzvBackend::kStatic && !config.standalone;
+  if (static_backend && config.min_nodes != config.max_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes ", config.min_nodes, ":", config.max_nodes,
+        " needs a rendezvous; the static backend runs a fixed number of nodes: give --nnodes N, "
+        "or --rdzv-backend c10d"));
+  }
+  if (*nproc > 1 && !GetEnv("OMP_NUM_THREADS")) {
+    std::fprintf(stderr,
+                 "muster: setting OMP_NUM_THREADS=1 for each worker (it was unset); set it "
+                 "yourself to tune CPU threads\n");
+  }
+
+  // From here on other threads exist (gRPC's): block the signals the agent reads first.
+  BlockAgentSignals();
+  rdzv::RouteGrpcLogsToSpdlog();
+  absl::StatusOr<Rendezvous> rendezvous =
+      SetUpRendezvous(config, config.standalone || static_backend, !log_level);
+  if (!rendezvous.ok()) return rendezvous.status();
+
+  AgentOptions options;
+  options.config = std::move(config);
+  options.nproc = *nproc;
+  options.program = program->path;
+  options.host = HostName();
+  options.advertised_addr = options.config.local_addr;
+  options.hosts_rendezvous = rendezvous->hub != nullptr;
+  options.static_ranks = static_backend;
+  options.base_env = EnvironmentEntries();
+  absl::StatusOr<int> code = kExitWorkersFailed;
+  {
+    Agent agent(std::move(options), std::move(rendezvous->client));
+    code = agent.Run();
+  }
+  rendezvous->Shutdown();
+  if (!code.ok()) {
+    std::fprintf(stderr, "muster: error: %s\n", std::string(code.status().message()).c_str());
+    return kExitWorkersFailed;
+  }
+  return *code;
+}
+
+}  // namespace muster
