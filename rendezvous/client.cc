@@ -82,8 +82,9 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // and callbacks take mu_.
   absl::Mutex mu_;
   std::map<grpc::ClientContext*, std::shared_ptr<grpc::ClientContext>> calls_ ABSL_GUARDED_BY(mu_);
+  int ending_ ABSL_GUARDED_BY(mu_) = 0;  // calls out of calls_ whose context is being dropped
   std::shared_ptr<WatchStream> watch_ ABSL_GUARDED_BY(mu_);
-  int streams_ ABSL_GUARDED_BY(mu_) = 0;
+  int streams_ ABSL_GUARDED_BY(mu_) = 0;  // streams not yet deleted
 };
 
 class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<WatchEvent> {
@@ -112,10 +113,18 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
 
   void OnDone(const grpc::Status& status) override {
     on_end_(FromGrpcStatus(status));
-    std::shared_ptr<WatchStream> self = std::move(self_);  // released after the lock
-    absl::MutexLock lock(&client_->mu_);
-    if (client_->watch_.get() == this) client_->watch_.reset();
-    --client_->streams_;
+    GrpcRendezvousClient* const client = client_;
+    {
+      absl::MutexLock lock(&client->mu_);
+      if (client->watch_.get() == this) client->watch_.reset();
+    }
+    // Deletes this stream, and its context with it, before the client's
+    // destructor may go on (see EndCall). A copy held on the client's own
+    // thread (Watch's replaced stream, the destructor's) deletes it there.
+    std::shared_ptr<WatchStream> self = std::move(self_);
+    self.reset();
+    absl::MutexLock lock(&client->mu_);
+    --client->streams_;
   }
 
  private:
@@ -150,7 +159,7 @@ GrpcRendezvousClient::~GrpcRendezvousClient() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](GrpcRendezvousClient* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-        return self->calls_.empty() && self->streams_ == 0;
+        return self->calls_.empty() && self->ending_ == 0 && self->streams_ == 0;
       },
       this));
 }
@@ -166,12 +175,23 @@ std::shared_ptr<grpc::ClientContext> GrpcRendezvousClient::NewCall(absl::Duratio
 }
 
 void GrpcRendezvousClient::EndCall(grpc::ClientContext* context) {
-  std::shared_ptr<grpc::ClientContext> ended;  // dropped after the lock
+  std::shared_ptr<grpc::ClientContext> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = calls_.find(context);
+    if (it == calls_.end()) return;
+    ended = std::move(it->second);
+    calls_.erase(it);
+    ++ending_;
+  }
+  // A context holds a reference to the channel, so it must be gone before
+  // the destructor stops waiting and drops its own. Were the last reference
+  // dropped here, on gRPC's callback thread, the channel would shut down
+  // gRPC's callback completion queue and free it under the very thread that
+  // polls it (gRPC 1.51's CallbackAlternativeCQ): a double free on exit.
+  ended.reset();
   absl::MutexLock lock(&mu_);
-  auto it = calls_.find(context);
-  if (it == calls_.end()) return;
-  ended = std::move(it->second);
-  calls_.erase(it);
+  --ending_;
 }
 
 template <typename Request, typename Response, typename Result>
