@@ -8,8 +8,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace muster {
@@ -56,11 +60,25 @@ TEST(ChildProcessTest, CapturesOutputAndExitCode) {
 }
 
 TEST(ChildProcessTest, OwnProcessGroup) {
-  auto child = ChildProcess::Spawn({"/bin/sh", {"sh", "-c", "ps -o pgid= -p $$"}, {"PATH=/bin:/usr/bin"}});
+  // The child prints its own /proc stat line, with shell builtins only:
+  // "PID (COMM) STATE PPID PGRP ...".
+  auto child = ChildProcess::Spawn(
+      {"/bin/sh", {"sh", "-c", "read -r stat < /proc/$$/stat; echo \"$stat\""}, {}});
   ASSERT_TRUE(child.ok()) << child.status();
   UniqueFd out = (*child)->TakeStdout();
-  EXPECT_EQ(std::stoi(ReadAll(out.get())), (*child)->pid());
-  Wait(**child);
+  const std::string stat = ReadAll(out.get());
+  EXPECT_TRUE(Wait(**child).success());
+  const size_t comm_end = stat.rfind(") ");
+  ASSERT_NE(comm_end, std::string::npos) << stat;
+  const std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(comm_end + 2), ' ', absl::SkipEmpty());
+  ASSERT_GE(fields.size(), 3u) << stat;
+  pid_t pid = 0, pgrp = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(stat.substr(0, stat.find(' ')), &pid)) << stat;
+  ASSERT_TRUE(absl::SimpleAtoi(fields[2], &pgrp)) << stat;
+  EXPECT_EQ(pid, (*child)->pid());   // the line is the child's own
+  EXPECT_EQ(pgrp, (*child)->pid());  // it leads its own group...
+  EXPECT_NE(pgrp, getpgrp());        // ...not the test's
 }
 
 TEST(ChildProcessTest, SignalReachesTheGroupAndIsDecoded) {

@@ -1,5 +1,7 @@
 #include "worker/watchdog.h"
 
+#include <cstdlib>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,23 +10,41 @@
 namespace muster::worker {
 namespace {
 
+// A watchdog that fires ends the process with exit 1 and its message; one
+// that does not lets the process reach its own exit 0. So each of these runs
+// in a child process (a death test that expects no death) and asserts that
+// the child got to the end, saying nothing.
 TEST(WatchdogTest, ADisarmedStepNeverFires) {
-  Watchdog watchdog("rank 1", absl::Milliseconds(150));
-  for (int i = 0; i < 3; ++i) {
-    watchdog.Arm("a quick step");
-    absl::SleepFor(absl::Milliseconds(20));
-    watchdog.Disarm();
-  }
-  absl::SleepFor(absl::Milliseconds(400));  // well past the limit, disarmed
+  EXPECT_EXIT(
+      {
+        {
+          Watchdog watchdog("rank 1", absl::Milliseconds(150));
+          for (int i = 0; i < 3; ++i) {
+            watchdog.Arm("a quick step");
+            absl::SleepFor(absl::Milliseconds(20));
+            watchdog.Disarm();
+          }
+          absl::SleepFor(absl::Milliseconds(400));  // well past the limit, disarmed
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), ::testing::Not(::testing::HasSubstr("did not finish")));
 }
 
 TEST(WatchdogTest, EachArmStartsTheClockAgain) {
-  Watchdog watchdog("rank 1", absl::Milliseconds(800));
-  for (int i = 0; i < 4; ++i) {
-    watchdog.Arm("a step");
-    absl::SleepFor(absl::Milliseconds(300));  // 1.2 s in all, but 300 ms per step
-  }
-  watchdog.Disarm();
+  EXPECT_EXIT(
+      {
+        {
+          Watchdog watchdog("rank 1", absl::Milliseconds(800));
+          for (int i = 0; i < 4; ++i) {
+            watchdog.Arm("a step");
+            absl::SleepFor(absl::Milliseconds(300));  // 1.2 s in all, but 300 ms per step
+          }
+          watchdog.Disarm();
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), ::testing::Not(::testing::HasSubstr("did not finish")));
 }
 
 TEST(WatchdogDeathTest, AHungStepEndsTheProcessNamingIt) {
