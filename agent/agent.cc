@@ -104,8 +104,8 @@ void BlockAgentSignals() {
 
 class Agent::Impl {
  public:
-  Impl(AgentOptions options, std::unique_ptr<rdzv::RendezvousClient> client,
-       ProcessRunner* runner, Clock& clock)
+  Impl(AgentOptions options, std::unique_ptr<rdzv::RendezvousClient> client, ProcessRunner* runner,
+       Clock& clock)
       : options_(std::move(options)), config_(options_.config), client_(std::move(client)),
         runner_(runner), clock_(clock), logger_(Logger("agent")),
         state_(ElasticOptionsFor(options_, client_->target())),
@@ -286,9 +286,8 @@ void Agent::Impl::Do(const action::StartWorkers& start) {
       "round {}: started {} worker(s), ranks {} of world size {} (node {} of {}), master {}:{}, "
       "restarts {}/{}",
       start.assignment.round(), started.count, RankRange(placement.rank_base, options_.nproc),
-      placement.world_size, placement.group_rank, placement.group_world_size,
-      placement.master_addr, placement.master_port, placement.restart_count,
-      placement.max_restarts);
+      placement.world_size, placement.group_rank, placement.group_world_size, placement.master_addr,
+      placement.master_port, placement.restart_count, placement.max_restarts);
   Do(state_.OnWorkersStarted(started.count, std::move(started.failure), clock_.Now()));
 }
 
@@ -359,18 +358,10 @@ void Agent::Impl::Do(const action::QueryStatus&) {
 
 void Agent::Impl::Do(const action::Log& log) {
   switch (log.level) {
-    case action::Log::Level::kDebug:
-      logger_->debug("{}", log.text);
-      break;
-    case action::Log::Level::kInfo:
-      logger_->info("{}", log.text);
-      break;
-    case action::Log::Level::kWarn:
-      logger_->warn("{}", log.text);
-      break;
-    case action::Log::Level::kError:
-      logger_->error("{}", log.text);
-      break;
+    case action::Log::Level::kDebug: logger_->debug("{}", log.text); break;
+    case action::Log::Level::kInfo: logger_->info("{}", log.text); break;
+    case action::Log::Level::kWarn: logger_->warn("{}", log.text); break;
+    case action::Log::Level::kError: logger_->error("{}", log.text); break;
   }
 }
 

@@ -21,15 +21,14 @@
 
 namespace muster {
 
-
 struct AgentOptions {
   LaunchConfig config;
-  int nproc = 1;            // workers on this node, resolved from --nproc-per-node
+  int nproc = 1;  // workers on this node, resolved from --nproc-per-node
   // What each worker execs: the Python interpreter (PYTHON_EXEC, else python3),
   // or with --no-python the script itself; a path, resolved in PATH already.
   std::string program;
-  std::string host;         // this node's name, for reports and ranks
-  std::string advertised_addr;  // "" = the address the rendezvous server sees
+  std::string host;               // this node's name, for reports and ranks
+  std::string advertised_addr;    // "" = the address the rendezvous server sees
   bool hosts_rendezvous = false;  // the server runs in this process: stay until the job closes
   // Static backend: ranks and master come from the command line, not the round.
   bool static_ranks = false;

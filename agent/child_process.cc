@@ -94,14 +94,16 @@ ExitStatus DecodeWaitStatus(int wait_status) {
   return status;
 }
 
-absl::StatusOr<std::string> ResolveExecutable(const std::string& name, const std::string& path_env) {
+absl::StatusOr<std::string> ResolveExecutable(const std::string& name,
+                                              const std::string& path_env) {
   auto check = [](const std::string& path) -> absl::Status {
     struct stat st;
     if (stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, path);
-    if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, " is a directory"));
+    if (S_ISDIR(st.st_mode))
+      return absl::InvalidArgumentError(absl::StrCat(path, " is a directory"));
     if (access(path.c_str(), X_OK) != 0) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(path, " is not executable (chmod +x it, or run it through python without --no-python)"));
+      return absl::PermissionDeniedError(absl::StrCat(
+          path, " is not executable (chmod +x it, or run it through python without --no-python)"));
     }
     return absl::OkStatus();
   };
@@ -149,8 +151,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
                 argv.data(),
                 envp.data()};
   thread_local std::unique_ptr<char[]> stack(new char[kChildStackSize]);
-  const pid_t pid = clone(ExecChild, stack.get() + kChildStackSize, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                          &args);
+  const pid_t pid =
+      clone(ExecChild, stack.get() + kChildStackSize, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
   if (pid < 0) return ErrnoToStatus(errno, "clone");
   child->pid_ = pid;
   setpgid(pid, pid);  // also here, so a signal sent right after Spawn reaches the group
@@ -172,7 +174,9 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
     while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
     }
     child->exited_ = true;
-    return ErrnoToStatus(exec_errno, absl::StrCat("cannot run ", options.path.empty() ? options.argv[0] : options.path));
+    return ErrnoToStatus(
+        exec_errno,
+        absl::StrCat("cannot run ", options.path.empty() ? options.argv[0] : options.path));
   }
   return child;
 }

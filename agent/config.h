@@ -61,7 +61,7 @@ struct LaunchConfig {
   bool standalone = false;
 
   int max_restarts = 0;
-  double monitor_interval_s = 0.1;  // accepted; unused
+  double monitor_interval_s = 0.1;     // accepted; unused
   std::string start_method = "spawn";  // accepted; unused
   std::string role = "default";
   bool module = false;     // -m

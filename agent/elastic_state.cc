@@ -59,8 +59,8 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
                               status.message(), ")"),
                  out);
     } else {
-      ExitFailed(absl::StrCat("rendezvous at ", options_.rdzv_target, " failed: ", status.message()),
-                 out);
+      ExitFailed(
+          absl::StrCat("rendezvous at ", options_.rdzv_target, " failed: ", status.message()), out);
     }
     return;
   }
@@ -112,15 +112,9 @@ void ElasticState::OnAllStopped(absl::Time now, Actions* out) {
   switch (after_stop_) {
     case AfterStop::kAwaitDecision:
       break;  // the rendezvous decides: a new round, or the end of the job
-    case AfterStop::kRejoin:
-      StartJoin(now, out);
-      break;
-    case AfterStop::kExitFailed:
-      ExitFailed(closed_ ? closed_->reason() : "", out);
-      break;
-    case AfterStop::kExitSignal:
-      Finish(128 + stop_signal_, out);
-      break;
+    case AfterStop::kRejoin: StartJoin(now, out); break;
+    case AfterStop::kExitFailed: ExitFailed(closed_ ? closed_->reason() : "", out); break;
+    case AfterStop::kExitSignal: Finish(128 + stop_signal_, out); break;
   }
 }
 
@@ -162,7 +156,8 @@ Actions ElasticState::OnSignal(int sig, absl::Time now) {
   if (phase_ == AgentPhase::kExiting) return out;
   out.push_back(action::SignalWorkers{sig});
   if (!IsStopSignal(sig)) {
-    Log(&out, Level::kInfo, absl::StrCat("forwarded ", SignalName(sig), " to ", live_, " worker(s)"));
+    Log(&out, Level::kInfo,
+        absl::StrCat("forwarded ", SignalName(sig), " to ", live_, " worker(s)"));
     return out;
   }
   if (stop_signal_ != 0) {
@@ -174,8 +169,7 @@ Actions ElasticState::OnSignal(int sig, absl::Time now) {
   stop_signal_ = sig;
   Log(&out, Level::kWarn,
       absl::StrCat("received ", SignalName(sig), ": stopping ", live_, " worker(s) (grace ",
-                   absl::StrFormat("%.1f", absl::ToDoubleSeconds(options_.shutdown_grace)),
-                   " s)"));
+                   absl::StrFormat("%.1f", absl::ToDoubleSeconds(options_.shutdown_grace)), " s)"));
   if (phase_ == AgentPhase::kRunning || phase_ == AgentPhase::kStopping) {
     after_stop_ = AfterStop::kExitSignal;
     if (phase_ == AgentPhase::kRunning) {
@@ -220,8 +214,7 @@ Actions ElasticState::OnRdzv(RdzvEvent event, absl::Time now) {
   return out;
 }
 
-void ElasticState::OnWatchEnded(const rdzv_event::WatchEnded& ended, absl::Time now,
-                                Actions* out) {
+void ElasticState::OnWatchEnded(const rdzv_event::WatchEnded& ended, absl::Time now, Actions* out) {
   if (ended.generation != watch_generation_) return;  // a replaced watch
   watch_open_ = false;
   if (watch_started_ && heartbeat_at_ && !closed_ && !ended.status.ok()) {
@@ -242,8 +235,8 @@ void ElasticState::OnWatchEnded(const rdzv_event::WatchEnded& ended, absl::Time 
 void ElasticState::OnFailureReported(const absl::Status& status, absl::Time now, Actions* out) {
   if (status.ok()) return;
   Log(out, Level::kError,
-      absl::StrCat("could not report the failure to the rendezvous at ", options_.rdzv_target,
-                   ": ", status.message()));
+      absl::StrCat("could not report the failure to the rendezvous at ", options_.rdzv_target, ": ",
+                   status.message()));
   if (phase_ == AgentPhase::kStopping && after_stop_ == AfterStop::kAwaitDecision) {
     after_stop_ = AfterStop::kExitFailed;
     if (live_ == 0) OnAllStopped(now, out);
@@ -273,8 +266,7 @@ void ElasticState::OnPushed(const rdzv::WatchEvent& event, absl::Time now, Actio
   }
 }
 
-void ElasticState::OnRoundChanged(const rdzv::RoundChanged& changed, absl::Time now,
-                                  Actions* out) {
+void ElasticState::OnRoundChanged(const rdzv::RoundChanged& changed, absl::Time now, Actions* out) {
   // Old news, or already being acted on (a push and a heartbeat may both tell).
   if (changed.new_round() <= std::max(round_, round_seen_)) return;
   round_seen_ = changed.new_round();
@@ -291,13 +283,10 @@ void ElasticState::OnRoundChanged(const rdzv::RoundChanged& changed, absl::Time 
         if (live_ == 0) OnAllStopped(now, out);
       }
       break;
-    case AgentPhase::kFinishing:
-      StartJoin(now, out);
-      break;
+    case AgentPhase::kFinishing: StartJoin(now, out); break;
     case AgentPhase::kIdle:
     case AgentPhase::kJoining:
-    case AgentPhase::kExiting:
-      break;
+    case AgentPhase::kExiting: break;
   }
 }
 
@@ -309,7 +298,8 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
       status.ok() || absl::IsNotFound(status) || absl::IsFailedPrecondition(status);
   if (answered) {
     if (heartbeat_failures_ > 0) {
-      Log(out, Level::kInfo, absl::StrCat("the rendezvous at ", options_.rdzv_target, " answers again"));
+      Log(out, Level::kInfo,
+          absl::StrCat("the rendezvous at ", options_.rdzv_target, " answers again"));
     }
     heartbeat_failures_ = 0;
   }
@@ -396,8 +386,7 @@ void ElasticState::OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Ac
       }
       break;
     case AgentPhase::kIdle:
-    case AgentPhase::kExiting:
-      break;
+    case AgentPhase::kExiting: break;
   }
 }
 
@@ -487,10 +476,9 @@ std::string ProgressLine(const std::string& rdzv_target,
                         status.status().message(), ")");
   }
   const rdzv::StatusResponse& job = *status;
-  std::string line = absl::StrCat("waiting for nodes: ", job.participants(), "/",
-                                  job.config().max_nodes(), " joined (min ",
-                                  job.config().min_nodes(), ", max ", job.config().max_nodes(),
-                                  ")");
+  std::string line = absl::StrCat(
+      "waiting for nodes: ", job.participants(), "/", job.config().max_nodes(), " joined (min ",
+      job.config().min_nodes(), ", max ", job.config().max_nodes(), ")");
   if (job.last_call_remaining_ms() >= 0) {
     absl::StrAppend(&line, ", last call ends in ", (job.last_call_remaining_ms() + 999) / 1000,
                     " s");

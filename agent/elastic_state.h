@@ -24,8 +24,8 @@ namespace muster {
 
 // What the rules need to know of the launch.
 struct ElasticOptions {
-  std::string script;           // for the failure report's title
-  std::string rdzv_target;      // where the rendezvous is, for messages
+  std::string script;             // for the failure report's title
+  std::string rdzv_target;        // where the rendezvous is, for messages
   bool hosts_rendezvous = false;  // the server runs in this process: stay until the job closes
   absl::Duration join_timeout = absl::Minutes(10);
   absl::Duration keep_alive_interval = absl::Seconds(5);
@@ -74,10 +74,9 @@ struct JobStatusAnswered {
 };
 }  // namespace rdzv_event
 
-using RdzvEvent =
-    std::variant<rdzv_event::Joined, rdzv_event::Pushed, rdzv_event::WatchEnded,
-                 rdzv_event::FailureReported, rdzv_event::DoneReported,
-                 rdzv_event::HeartbeatAnswered, rdzv_event::JobStatusAnswered>;
+using RdzvEvent = std::variant<rdzv_event::Joined, rdzv_event::Pushed, rdzv_event::WatchEnded,
+                               rdzv_event::FailureReported, rdzv_event::DoneReported,
+                               rdzv_event::HeartbeatAnswered, rdzv_event::JobStatusAnswered>;
 
 // What the rules ask of the edges.
 namespace action {
@@ -142,8 +141,7 @@ class ElasticState {
   // The workers of the latest StartWorkers are up: `started` of them run;
   // `spawn_failure` names the first that could not be started (the rest
   // were not tried), which counts as a failed worker.
-  Actions OnWorkersStarted(int started, std::optional<WorkerFailure> spawn_failure,
-                           absl::Time now);
+  Actions OnWorkersStarted(int started, std::optional<WorkerFailure> spawn_failure, absl::Time now);
   // A worker exited with `status`. `failure` describes it (with what its
   // error file says) when the status is not a success.
   Actions OnWorkerExit(const ExitStatus& status, const WorkerFailure& failure, absl::Time now);

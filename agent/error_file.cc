@@ -40,14 +40,11 @@ std::optional<absl::Time> TimestampField(const FieldMap& fields, const char* key
   if (value == nullptr) return std::nullopt;
   double seconds = 0;
   switch (value->kind_case()) {
-    case google::protobuf::Value::kNumberValue:
-      seconds = value->number_value();
-      break;
+    case google::protobuf::Value::kNumberValue: seconds = value->number_value(); break;
     case google::protobuf::Value::kStringValue:
       if (!absl::SimpleAtod(value->string_value(), &seconds)) return std::nullopt;
       break;
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
   // Python's torchrun treats a missing timestamp as 0, which would always win the root cause.
   if (!std::isfinite(seconds) || seconds <= 0) return std::nullopt;
@@ -62,8 +59,8 @@ absl::StatusOr<WorkerError> ParseErrorJson(std::string_view json) {
       google::protobuf::StringPiece(json.data(), json.size()), &root);
   if (!parsed.ok()) {
     auto why = parsed.message();
-    return absl::InvalidArgumentError(
-        absl::StrCat("error file is not a JSON object: ", absl::string_view(why.data(), why.size())));
+    return absl::InvalidArgumentError(absl::StrCat("error file is not a JSON object: ",
+                                                   absl::string_view(why.data(), why.size())));
   }
   WorkerError error;
   const FieldMap& fields = root.fields();

@@ -14,7 +14,7 @@
 namespace muster {
 
 absl::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create(Clock& clock,
-                                                            const std::vector<int>& signals) {
+                                                             const std::vector<int>& signals) {
   std::unique_ptr<EventLoop> loop(new EventLoop(clock));
   loop->epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
   if (!loop->epoll_.valid()) return ErrnoToStatus(errno, "epoll_create1");
@@ -42,7 +42,8 @@ absl::Status EventLoop::Add(int fd, std::function<void()> on_readable) {
   epoll_event ev = {};
   ev.events = EPOLLIN;
   ev.data.fd = fd;
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return ErrnoToStatus(errno, "epoll_ctl");
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+    return ErrnoToStatus(errno, "epoll_ctl");
   readers_[fd] = std::move(on_readable);
   return absl::OkStatus();
 }

@@ -55,7 +55,8 @@ absl::string_view FirstLine(absl::string_view text) {
   return TrimTrailing(text.substr(0, text.find('\n')));
 }
 
-// Python's traceback ends with the "<Type>: <text>" line, the best summary when there is no message.
+// Python's traceback ends with the "<Type>: <text>" line, the best summary when there is no
+// message.
 absl::string_view LastLine(absl::string_view text) {
   text = TrimTrailing(text);
   const size_t newline = text.rfind('\n');
@@ -146,9 +147,9 @@ size_t RootCauseIndex(const std::vector<WorkerFailure>& failures) {
 
 std::string FormatFailureReport(std::string_view script, int attempts,
                                 const std::vector<WorkerFailure>& failures) {
-  const std::string title = absl::StrCat(absl::string_view(script.data(), script.size()),
-                                         " FAILED after ", attempts,
-                                         attempts == 1 ? " attempt" : " attempts");
+  const std::string title =
+      absl::StrCat(absl::string_view(script.data(), script.size()), " FAILED after ", attempts,
+                   attempts == 1 ? " attempt" : " attempts");
   const std::vector<size_t> order = FailureOrder(failures);
 
   // Rows of cells; row 0 is the header. The last column is never padded.
@@ -193,19 +194,18 @@ std::string FormatFailureReport(std::string_view script, int attempts,
   for (const std::string& line : lines) absl::StrAppend(&out, line, "\n");
 
   const WorkerFailure& root = failures[order.front()];
-  absl::StrAppend(&out, section, "\n", "Root Cause (first observed failure):\n", "  rank ", root.rank,
-                  " (local_rank ", root.local_rank, ") on ", root.host, ", pid ", root.pid, ": ",
-                  DescribeExit(root), ", seen at ", FormatTimeMs(root.time), "\n");
+  absl::StrAppend(&out, section, "\n", "Root Cause (first observed failure):\n", "  rank ",
+                  root.rank, " (local_rank ", root.local_rank, ") on ", root.host, ", pid ",
+                  root.pid, ": ", DescribeExit(root), ", seen at ", FormatTimeMs(root.time), "\n");
   if (!root.error.has_value()) {
     absl::StrAppend(&out, "  ", kNoErrorFile, "\n");
   } else {
     const WorkerError& error = *root.error;
     absl::StrAppend(&out, "  error_file: ", root.error_file);
     if (error.timestamp.has_value()) {
-      absl::StrAppend(&out, " (error at ",
-                      absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", *error.timestamp,
-                                       absl::UTCTimeZone()),
-                      ")");
+      absl::StrAppend(
+          &out, " (error at ",
+          absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", *error.timestamp, absl::UTCTimeZone()), ")");
     }
     absl::StrAppend(&out, "\n");
     if (!TrimTrailing(error.message).empty()) {

@@ -19,9 +19,9 @@ struct WorkerFailure {
   int local_rank = -1;
   std::string host;
   int pid = 0;
-  int exit_code = 0;  // Meaningful when signal == 0 (the worker exited).
-  int signal = 0;     // Non-zero when the worker was killed by this signal.
-  absl::Time time;    // When the agent saw the worker die.
+  int exit_code = 0;                 // Meaningful when signal == 0 (the worker exited).
+  int signal = 0;                    // Non-zero when the worker was killed by this signal.
+  absl::Time time;                   // When the agent saw the worker die.
   std::string error_file;            // TORCHELASTIC_ERROR_FILE given to the worker; may be empty.
   std::optional<WorkerError> error;  // What that file said, if the worker wrote it.
 };
@@ -41,8 +41,8 @@ size_t RootCauseIndex(const std::vector<WorkerFailure>& failures);
 // The report of a failed run, in torchrun's frame ("<script> FAILED", "Failures:",
 // "Root Cause (first observed failure):", rules of '=' and '-') with the failures as a table, one
 // row each, root cause first and marked '*', the others in the order they failed:
-//   rank (local_rank), host, pid, exit, time the agent saw it die (UTC, ISO 8601, ms), and the first
-//   line of the error file's message, or a hint to use @record when there is none.
+//   rank (local_rank), host, pid, exit, time the agent saw it die (UTC, ISO 8601, ms), and the
+//   first line of the error file's message, or a hint to use @record when there is none.
 // Below the table: the root cause's error file path, full message and traceback.
 // attempts: how many times the worker group was started (restarts + 1). Ends with '\n'.
 std::string FormatFailureReport(std::string_view script, int attempts,

@@ -62,9 +62,7 @@ bool WaitWritable(int fd, std::chrono::steady_clock::time_point deadline) {
 }  // namespace
 
 WorkerOutput::WorkerOutput(std::string prefix, int console_fd, UniqueFd file)
-    : line_(std::move(prefix)),
-      prefix_size_(line_.size()),
-      console_fd_(console_fd),
+    : line_(std::move(prefix)), prefix_size_(line_.size()), console_fd_(console_fd),
       file_(std::move(file)) {}
 
 void WorkerOutput::Append(std::string_view bytes) {
@@ -119,8 +117,8 @@ void WorkerOutput::WriteConsole(std::string_view data) {
       if (!console_stalled_) {
         if (!waited) {
           waited = true;
-          deadline = std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(kConsoleStallTimeoutMs);
+          deadline =
+              std::chrono::steady_clock::now() + std::chrono::milliseconds(kConsoleStallTimeoutMs);
         }
         if (WaitWritable(console_fd_, deadline)) continue;
         console_stalled_ = true;

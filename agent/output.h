@@ -12,14 +12,15 @@
 
 namespace muster {
 
-// Splits one worker stream (one worker's stdout, or its stderr) into lines. Each complete line goes,
-// prefixed, to the console fd in one write(), so the agent never interleaves the lines of two ranks
-// mid-line; the log file gets the raw bytes, unprefixed, as they arrive.
+// Splits one worker stream (one worker's stdout, or its stderr) into lines. Each complete line
+// goes, prefixed, to the console fd in one write(), so the agent never interleaves the lines of two
+// ranks mid-line; the log file gets the raw bytes, unprefixed, as they arrive.
 //
 // Console writes are best effort and never take down the agent:
 //  - SIGPIPE is blocked around them, so a closed console (EPIPE) does not kill the process whatever
 //    its SIGPIPE disposition; after EPIPE or any other hard error the console is dropped for good.
-//  - A non-blocking console that stays full (EAGAIN) for kConsoleStallTimeout drops that line; later
+//  - A non-blocking console that stays full (EAGAIN) for kConsoleStallTimeout drops that line;
+//  later
 //    lines are then tried once without waiting until one gets through whole.
 //  - A blocking console applies back-pressure: write() blocks while its reader does not read.
 // A log file write error abandons the file (see file_status()); the console keeps going.

@@ -25,10 +25,10 @@ struct ExitStatus {
 };
 
 struct SpawnOptions {
-  std::string path;               // the program to exec; empty: argv[0] (see ResolveExecutable)
+  std::string path;  // the program to exec; empty: argv[0] (see ResolveExecutable)
   std::vector<std::string> argv;
-  std::vector<std::string> env;   // KEY=VALUE
-  bool capture_output = true;     // stdout and stderr to pipes, else inherited
+  std::vector<std::string> env;  // KEY=VALUE
+  bool capture_output = true;    // stdout and stderr to pipes, else inherited
 };
 
 // A started worker: the leader of its own process group.

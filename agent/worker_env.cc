@@ -59,7 +59,8 @@ std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
   set("TORCHELASTIC_RUN_ID", worker.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   set("TORCHELASTIC_ERROR_FILE", worker.error_file);
-  if (!index.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING")) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!index.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+    set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (!index.contains("NCCL_ASYNC_ERROR_HANDLING")) set("NCCL_ASYNC_ERROR_HANDLING", "1");
   if (!index.contains("OMP_NUM_THREADS") && worker.local_world_size > 1) {
     set("OMP_NUM_THREADS", "1");

@@ -46,7 +46,8 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
 
     const StdRedirect redirect = config.redirects.For(local_rank);
     const StdRedirect tee = config.tee.For(local_rank);
-    const bool shown = !config.local_ranks_filter || config.local_ranks_filter->contains(local_rank);
+    const bool shown =
+        !config.local_ranks_filter || config.local_ranks_filter->contains(local_rank);
     auto make_output = [&](bool redirected, bool teed, int console, const char* file) {
       UniqueFd log;
       if (redirected || teed) {
@@ -91,7 +92,8 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
     for (bool is_stderr : {false, true}) {
       const UniqueFd& fd = is_stderr ? worker.err_fd : worker.out_fd;
       if (!fd.valid()) continue;
-      absl::Status watched = loop_.Add(fd.get(), [this, self, is_stderr] { OnReadable(*self, is_stderr); });
+      absl::Status watched =
+          loop_.Add(fd.get(), [this, self, is_stderr] { OnReadable(*self, is_stderr); });
       if (!watched.ok()) logger_->warn("{}", watched.message());
     }
     ++started.count;

@@ -26,11 +26,11 @@ namespace muster {
 struct WorkerGroupOptions {
   const LaunchConfig* config = nullptr;  // -r, -t, filters, role, the script's arguments
   int nproc = 1;
-  std::string program;  // what each worker execs
-  std::string host;     // for failure reports
-  std::string run_dir;  // where attempt_<n> directories go
+  std::string program;                // what each worker execs
+  std::string host;                   // for failure reports
+  std::string run_dir;                // where attempt_<n> directories go
   std::vector<std::string> base_env;  // KEY=VALUE: what every worker's environment starts from
-  int console_out = 1;  // where shown output goes; not owned
+  int console_out = 1;                // where shown output goes; not owned
   int console_err = 2;
 };
 

@@ -12,9 +12,8 @@ namespace muster {
 namespace {
 
 absl::Status Bad(absl::string_view list, absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad host list '", list, "': ", why,
-                   " (expected names like gpu01,gpu02 or gpu[01-04,07])"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad host list '", list, "': ", why, " (expected names like gpu01,gpu02 or gpu[01-04,07])"));
 }
 
 bool AllDigits(absl::string_view s) {
@@ -22,8 +21,8 @@ bool AllDigits(absl::string_view s) {
 }
 
 // "01-04,07" -> {"01", "02", "03", "04", "07"}.
-absl::StatusOr<std::vector<std::string>> ExpandGroup(absl::string_view group, absl::string_view list,
-                                                     size_t limit) {
+absl::StatusOr<std::vector<std::string>> ExpandGroup(absl::string_view group,
+                                                     absl::string_view list, size_t limit) {
   std::vector<std::string> out;
   if (group.empty()) return Bad(list, "an empty [] group");
   for (absl::string_view part : absl::StrSplit(group, ',')) {
@@ -33,7 +32,8 @@ absl::StatusOr<std::vector<std::string>> ExpandGroup(absl::string_view group, ab
     uint64_t first = 0, last = 0;
     if (!AllDigits(lo) || !AllDigits(hi) || lo.size() > 18 || hi.size() > 18 ||
         !absl::SimpleAtoi(lo, &first) || !absl::SimpleAtoi(hi, &last)) {
-      return Bad(list, absl::StrCat("'", part, "' in [", group, "] is not a number or a range lo-hi"));
+      return Bad(list,
+                 absl::StrCat("'", part, "' in [", group, "] is not a number or a range lo-hi"));
     }
     if (last < first) {
       return Bad(list, absl::StrCat("the range ", part, " runs backwards"));
@@ -59,11 +59,13 @@ absl::Status ExpandItem(absl::string_view item, absl::string_view list, size_t l
         (open == absl::string_view::npos || close_early < open)) {
       return Bad(list, "a ']' with no '['");
     }
-    const absl::string_view text = item.substr(pos, open == absl::string_view::npos ? open : open - pos);
+    const absl::string_view text =
+        item.substr(pos, open == absl::string_view::npos ? open : open - pos);
     for (std::string& p : partial) absl::StrAppend(&p, text);
     if (open == absl::string_view::npos) break;
     const size_t close = item.find(']', open);
-    if (close == absl::string_view::npos) return Bad(list, absl::StrCat("'[' with no ']' in ", item));
+    if (close == absl::string_view::npos)
+      return Bad(list, absl::StrCat("'[' with no ']' in ", item));
     const absl::string_view group = item.substr(open + 1, close - open - 1);
     if (group.find('[') != absl::string_view::npos) return Bad(list, "nested brackets");
     absl::StatusOr<std::vector<std::string>> numbers = ExpandGroup(group, list, limit);
@@ -79,7 +81,8 @@ absl::Status ExpandItem(absl::string_view item, absl::string_view list, size_t l
     partial = std::move(next);
     pos = close + 1;
   }
-  if (hosts->size() + partial.size() > limit) return Bad(list, absl::StrCat("more than ", limit, " hosts"));
+  if (hosts->size() + partial.size() > limit)
+    return Bad(list, absl::StrCat("more than ", limit, " hosts"));
   for (std::string& p : partial) hosts->push_back(std::move(p));
   return absl::OkStatus();
 }
@@ -96,12 +99,14 @@ absl::StatusOr<std::vector<std::string>> ExpandHostlist(absl::string_view list, 
     if (c == '[') ++depth;
     if (c == ']') --depth;
     if (depth < 0) return Bad(list, "a ']' with no '['");
-    const bool separator = depth == 0 && (c == ',' || absl::ascii_isspace(static_cast<unsigned char>(c)));
+    const bool separator =
+        depth == 0 && (c == ',' || absl::ascii_isspace(static_cast<unsigned char>(c)));
     if (!separator) continue;
     const absl::string_view item = list.substr(start, i - start);
     start = i + 1;
     if (item.empty()) continue;
-    if (absl::Status expanded = ExpandItem(item, list, limit, &hosts); !expanded.ok()) return expanded;
+    if (absl::Status expanded = ExpandItem(item, list, limit, &hosts); !expanded.ok())
+      return expanded;
   }
   if (depth != 0) return Bad(list, "'[' with no ']'");
   if (hosts.empty()) return Bad(list, "no host in it");

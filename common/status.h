@@ -14,9 +14,9 @@ absl::Status ErrnoToStatus(int error_number, absl::string_view what);
 
 }  // namespace muster
 
-#define MUSTER_RETURN_IF_ERROR(expr)              \
-  do {                                            \
-    ::absl::Status muster_status_ = (expr);       \
+#define MUSTER_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status muster_status_ = (expr);          \
     if (!muster_status_.ok()) return muster_status_; \
   } while (0)
 

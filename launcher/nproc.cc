@@ -9,8 +9,7 @@ namespace muster {
 
 absl::StatusOr<int> ResolveNproc(NprocKind kind, int count, int gpus, int cpus) {
   switch (kind) {
-    case NprocKind::kCount:
-      return count;
+    case NprocKind::kCount: return count;
     case NprocKind::kGpu:
       if (gpus <= 0) {
         return absl::InvalidArgumentError(
@@ -18,10 +17,8 @@ absl::StatusOr<int> ResolveNproc(NprocKind kind, int count, int gpus, int cpus) 
             "CUDA_VISIBLE_DEVICES is empty); give a number, or use cpu or auto");
       }
       return gpus;
-    case NprocKind::kCpu:
-      return cpus > 0 ? cpus : 1;
-    case NprocKind::kAuto:
-      return gpus > 0 ? gpus : (cpus > 0 ? cpus : 1);
+    case NprocKind::kCpu: return cpus > 0 ? cpus : 1;
+    case NprocKind::kAuto: return gpus > 0 ? gpus : (cpus > 0 ? cpus : 1);
   }
   return count;
 }

@@ -69,8 +69,9 @@ absl::StatusOr<std::optional<SlurmJob>> DetectSlurm(
   absl::StatusOr<int> nnodes = ReadCount(get, "SLURM_NNODES");
   if (!nnodes.ok()) return nnodes.status();
   // salloc's shell has no SLURM_NODEID: on one node, it can only be node 0.
-  absl::StatusOr<int> node_id =
-      !get("SLURM_NODEID") && *nnodes == 1 ? absl::StatusOr<int>(0) : ReadCount(get, "SLURM_NODEID");
+  absl::StatusOr<int> node_id = !get("SLURM_NODEID") && *nnodes == 1
+                                    ? absl::StatusOr<int>(0)
+                                    : ReadCount(get, "SLURM_NODEID");
   if (!node_id.ok()) return node_id.status();
   job.nnodes = *nnodes;
   job.node_id = *node_id;
@@ -89,8 +90,8 @@ absl::StatusOr<std::optional<SlurmJob>> DetectSlurm(
                                      "=", *list, " names ", job.hosts.size(), " host(s)"));
   }
   if (job.node_id >= job.nnodes) {
-    return Inconsistent(absl::StrCat("SLURM_NODEID=", job.node_id, " but SLURM_NNODES=",
-                                     job.nnodes, " (node ids go from 0 to ", job.nnodes - 1, ")"));
+    return Inconsistent(absl::StrCat("SLURM_NODEID=", job.node_id, " but SLURM_NNODES=", job.nnodes,
+                                     " (node ids go from 0 to ", job.nnodes - 1, ")"));
   }
 
   // One agent per node: a step with several tasks per node would start
@@ -98,10 +99,10 @@ absl::StatusOr<std::optional<SlurmJob>> DetectSlurm(
   if (const std::optional<std::string> tasks = get("SLURM_NTASKS_PER_NODE")) {
     int per_node = 0;
     if (absl::SimpleAtoi(*tasks, &per_node) && per_node > 1) {
-      return Inconsistent(absl::StrCat(
-          "SLURM_NTASKS_PER_NODE=", *tasks,
-          ": muster is one agent per node and starts the node's workers itself; use "
-          "--ntasks-per-node=1 and --nproc-per-node (or let muster count the GPUs)"));
+      return Inconsistent(
+          absl::StrCat("SLURM_NTASKS_PER_NODE=", *tasks,
+                       ": muster is one agent per node and starts the node's workers itself; use "
+                       "--ntasks-per-node=1 and --nproc-per-node (or let muster count the GPUs)"));
     }
   }
   if (const std::optional<std::string> tasks = get("SLURM_STEP_TASKS_PER_NODE")) {

@@ -31,8 +31,7 @@ class CallbackTickerImpl final : public CallbackTicker {
       // No credentials: gRPC makes a lame channel, whose calls fail at once
       // (a completion on the callback queue) without a socket or a server.
       : channel_(grpc::CreateCustomChannel("", nullptr, grpc::ChannelArguments())),
-        stub_(Rendezvous::NewStub(channel_)),
-        counters_(std::make_shared<Counters>()),
+        stub_(Rendezvous::NewStub(channel_)), counters_(std::make_shared<Counters>()),
         thread_([this] { Loop(); }) {}
 
   ~CallbackTickerImpl() override {

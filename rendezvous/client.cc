@@ -28,8 +28,8 @@ grpc::ChannelArguments ClientChannelArguments(absl::Duration keepalive) {
   // Messages are a few hundred bytes: no bandwidth to estimate, and each BDP
   // ping would cost the server a read and a write.
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  const int keepalive_ms = static_cast<int>(
-      absl::ToInt64Milliseconds(std::max(keepalive, kMinClientKeepaliveInterval)));
+  const int keepalive_ms =
+      static_cast<int>(absl::ToInt64Milliseconds(std::max(keepalive, kMinClientKeepaliveInterval)));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
   // The watch stream sends nothing between rounds: ping all the same.
@@ -174,7 +174,7 @@ GrpcRendezvousClient::~GrpcRendezvousClient() {
 }
 
 std::shared_ptr<grpc::ClientContext> GrpcRendezvousClient::NewCall(absl::Duration timeout,
-                                                                  bool wait_for_ready) {
+                                                                   bool wait_for_ready) {
   auto context = std::make_shared<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   context->set_wait_for_ready(wait_for_ready);
@@ -208,18 +208,17 @@ void GrpcRendezvousClient::Unary(
   // calls_ owns the context until EndCall, at the end of the callback.
   grpc::ClientContext* context = NewCall(timeout, wait_for_ready).get();
   auto call = std::make_shared<std::pair<Request, Response>>(request, Response());
-  (stub_->async()->*method)(
-      context, &call->first, &call->second,
-      [this, context, call, convert = std::move(convert),
-       done = std::move(done)](grpc::Status status) {
-        Result result = convert(FromGrpcStatus(status), call->second);
-        done(std::move(result));
-        EndCall(context);  // last: the destructor may be waiting for it
-      });
+  (stub_->async()->*method)(context, &call->first, &call->second,
+                            [this, context, call, convert = std::move(convert),
+                             done = std::move(done)](grpc::Status status) {
+                              Result result = convert(FromGrpcStatus(status), call->second);
+                              done(std::move(result));
+                              EndCall(context);  // last: the destructor may be waiting for it
+                            });
 }
 
 void GrpcRendezvousClient::Join(const JoinRequest& request, absl::Duration timeout,
-                            std::function<void(absl::StatusOr<Assignment>)> done) {
+                                std::function<void(absl::StatusOr<Assignment>)> done) {
   Unary<JoinRequest, JoinResponse, absl::StatusOr<Assignment>>(
       &Rendezvous::Stub::async_interface::Join, request, timeout, /*wait_for_ready=*/true,
       [](absl::Status status, JoinResponse& response) -> absl::StatusOr<Assignment> {
@@ -230,7 +229,7 @@ void GrpcRendezvousClient::Join(const JoinRequest& request, absl::Duration timeo
 }
 
 void GrpcRendezvousClient::Heartbeat(const HeartbeatRequest& request, absl::Duration timeout,
-                                 std::function<void(absl::StatusOr<int64_t>)> done) {
+                                     std::function<void(absl::StatusOr<int64_t>)> done) {
   Unary<HeartbeatRequest, HeartbeatResponse, absl::StatusOr<int64_t>>(
       &Rendezvous::Stub::async_interface::Heartbeat, request, timeout, /*wait_for_ready=*/false,
       [](absl::Status status, HeartbeatResponse& response) -> absl::StatusOr<int64_t> {
@@ -245,29 +244,30 @@ absl::Status StatusOnly(absl::Status status, Response&) {
   return status;
 }
 
-void GrpcRendezvousClient::ReportFailure(const ReportFailureRequest& request, absl::Duration timeout,
-                                     std::function<void(absl::Status)> done) {
+void GrpcRendezvousClient::ReportFailure(const ReportFailureRequest& request,
+                                         absl::Duration timeout,
+                                         std::function<void(absl::Status)> done) {
   Unary<ReportFailureRequest, ReportFailureResponse, absl::Status>(
       &Rendezvous::Stub::async_interface::ReportFailure, request, timeout, true,
       StatusOnly<ReportFailureResponse>, std::move(done));
 }
 
 void GrpcRendezvousClient::ReportDone(const ReportDoneRequest& request, absl::Duration timeout,
-                                  std::function<void(absl::Status)> done) {
+                                      std::function<void(absl::Status)> done) {
   Unary<ReportDoneRequest, ReportDoneResponse, absl::Status>(
       &Rendezvous::Stub::async_interface::ReportDone, request, timeout, true,
       StatusOnly<ReportDoneResponse>, std::move(done));
 }
 
 void GrpcRendezvousClient::Leave(const LeaveRequest& request, absl::Duration timeout,
-                             std::function<void(absl::Status)> done) {
+                                 std::function<void(absl::Status)> done) {
   Unary<LeaveRequest, LeaveResponse, absl::Status>(&Rendezvous::Stub::async_interface::Leave,
                                                    request, timeout, false,
                                                    StatusOnly<LeaveResponse>, std::move(done));
 }
 
 void GrpcRendezvousClient::Status(const StatusRequest& request, absl::Duration timeout,
-                              std::function<void(absl::StatusOr<StatusResponse>)> done) {
+                                  std::function<void(absl::StatusOr<StatusResponse>)> done) {
   Unary<StatusRequest, StatusResponse, absl::StatusOr<StatusResponse>>(
       &Rendezvous::Stub::async_interface::Status, request, timeout, false,
       [](absl::Status status, StatusResponse& response) -> absl::StatusOr<StatusResponse> {
@@ -278,9 +278,10 @@ void GrpcRendezvousClient::Status(const StatusRequest& request, absl::Duration t
 }
 
 void GrpcRendezvousClient::Watch(const WatchRequest& request,
-                             std::function<void(const WatchEvent&)> on_event,
-                             std::function<void(absl::Status)> on_end) {
-  auto stream = std::make_shared<WatchStream>(this, request, std::move(on_event), std::move(on_end));
+                                 std::function<void(const WatchEvent&)> on_event,
+                                 std::function<void(absl::Status)> on_end) {
+  auto stream =
+      std::make_shared<WatchStream>(this, request, std::move(on_event), std::move(on_end));
   std::shared_ptr<WatchStream> replaced;
   {
     absl::MutexLock lock(&mu_);

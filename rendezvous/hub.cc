@@ -28,9 +28,11 @@ void RendezvousHub::Shutdown() {
     absl::MutexLock lock(&mu_);
     if (!shutting_down_) {
       shutting_down_ = true;
-      for (auto& [key, join] : joins_) deliveries.joins.emplace_back(std::move(join.done), Unavailable());
+      for (auto& [key, join] : joins_)
+        deliveries.joins.emplace_back(std::move(join.done), Unavailable());
       joins_.clear();
-      for (auto& [key, watch] : watches_) deliveries.ends.emplace_back(watch.watcher, Unavailable());
+      for (auto& [key, watch] : watches_)
+        deliveries.ends.emplace_back(watch.watcher, Unavailable());
       watches_.clear();
     }
   }
@@ -104,7 +106,8 @@ void RendezvousHub::Join(const JoinRequest& request, const std::string& peer, ui
       PendingJoin& slot = joins_[key];
       if (slot.done) {
         deliveries.joins.emplace_back(
-            std::move(slot.done), absl::AbortedError("superseded by a newer join of the same node"));
+            std::move(slot.done),
+            absl::AbortedError("superseded by a newer join of the same node"));
       }
       slot = PendingJoin{ticket, std::move(done)};
     } else {
@@ -246,13 +249,12 @@ void RendezvousHub::TimerLoop() {
       // Wakes early when a call changed the state: it may have set an earlier
       // deadline. A timeout rather than a deadline: the deadlines are on
       // clock_, which the mutex does not know.
-      mu_.AwaitWithTimeout(
-          absl::Condition(
-              +[](RendezvousHub* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-                return self->state_changed_ || self->shutting_down_;
-              },
-              this),
-          wait);
+      mu_.AwaitWithTimeout(absl::Condition(
+                               +[](RendezvousHub* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+                                 return self->state_changed_ || self->shutting_down_;
+                               },
+                               this),
+                           wait);
       continue;
     }
     Effects effects;

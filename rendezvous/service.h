@@ -34,11 +34,10 @@ class RendezvousService final : public Rendezvous::CallbackService {
   grpc::ServerUnaryReactor* ReportDone(grpc::CallbackServerContext* context,
                                        const ReportDoneRequest* request,
                                        ReportDoneResponse* response) override;
-  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
-                                  const LeaveRequest* request, LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context, const LeaveRequest* request,
+                                  LeaveResponse* response) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
-                                   const StatusRequest* request,
-                                   StatusResponse* response) override;
+                                   const StatusRequest* request, StatusResponse* response) override;
 
  private:
   class JoinReactor;

@@ -21,7 +21,8 @@ std::string DescribeFailure(const Failure& failure) {
   return absl::StrCat("rank ", failure.rank(), " on ", failure.host(), " failed with ", exit);
 }
 
-WatchEvent RoundChangedEvent(int64_t round, RoundChanged::Reason reason, const std::string& detail) {
+WatchEvent RoundChangedEvent(int64_t round, RoundChanged::Reason reason,
+                             const std::string& detail) {
   WatchEvent event;
   RoundChanged* changed = event.mutable_round_changed();
   changed->set_new_round(round);
@@ -34,7 +35,8 @@ WatchEvent RoundChangedEvent(int64_t round, RoundChanged::Reason reason, const s
 
 absl::Status ValidateJobId(absl::string_view job_id) {
   if (job_id.empty()) {
-    return absl::InvalidArgumentError("the job id (--rdzv-id) is empty; give a short name without spaces");
+    return absl::InvalidArgumentError(
+        "the job id (--rdzv-id) is empty; give a short name without spaces");
   }
   if (job_id.size() > kMaxJobIdLength) {
     return absl::InvalidArgumentError(absl::StrCat("the job id (--rdzv-id) is ", job_id.size(),
@@ -54,8 +56,7 @@ absl::Status ValidateJobId(absl::string_view job_id) {
 absl::Status ValidateJobConfig(const JobConfig& config) {
   if (config.min_nodes() <= 0 || config.min_nodes() > config.max_nodes()) {
     return absl::InvalidArgumentError(absl::StrCat("bad node range ", config.min_nodes(), ":",
-                                                   config.max_nodes(),
-                                                   "; need 0 < MIN <= MAX"));
+                                                   config.max_nodes(), "; need 0 < MIN <= MAX"));
   }
   if (config.max_restarts() < 0) {
     return absl::InvalidArgumentError("max_restarts must be >= 0");
@@ -110,9 +111,9 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
                                         ", max_restarts ", job.config.max_restarts()));
   }
   if (job.phase == Phase::kClosed) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", job.id, "' is closed (", job.close_reason,
-        "); start a new job with a different --rdzv-id"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job.id, "' is closed (", job.close_reason,
+                     "); start a new job with a different --rdzv-id"));
   }
   const JobConfig& want = job.config;
   const JobConfig& got = request.config();
@@ -151,11 +152,11 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
     effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
                                         " waits; the running round is finishing"));
   } else if (participant) {
-    OpenNextRound(job, RoundChanged::NODE_JOINED,
-                  absl::StrCat("node ", info.host(), " rejoined"), now, effects);
+    OpenNextRound(job, RoundChanged::NODE_JOINED, absl::StrCat("node ", info.host(), " rejoined"),
+                  now, effects);
   } else if (static_cast<int>(job.participants.size()) < job.config.max_nodes()) {
-    OpenNextRound(job, RoundChanged::NODE_JOINED,
-                  absl::StrCat("node ", info.host(), " joined"), now, effects);
+    OpenNextRound(job, RoundChanged::NODE_JOINED, absl::StrCat("node ", info.host(), " joined"),
+                  now, effects);
   } else {
     effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
                                         " waits; the running round is full (",
@@ -200,14 +201,15 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, int64_t round,
   const std::string detail = DescribeFailure(failure);
   if (!job.done.empty()) {
     Close(job, false,
-          absl::StrCat(detail, " after other nodes had finished; a partly finished job cannot restart"),
+          absl::StrCat(detail,
+                       " after other nodes had finished; a partly finished job cannot restart"),
           failure, now, effects);
   } else if (job.restart_count < job.config.max_restarts()) {
     ++job.restart_count;
-    OpenNextRound(job, RoundChanged::WORKER_FAILED,
-                  absl::StrCat(detail, "; restart ", job.restart_count, " of ",
-                               job.config.max_restarts()),
-                  now, effects);
+    OpenNextRound(
+        job, RoundChanged::WORKER_FAILED,
+        absl::StrCat(detail, "; restart ", job.restart_count, " of ", job.config.max_restarts()),
+        now, effects);
   } else {
     Close(job, false,
           absl::StrCat(detail, "; no restarts left (max_restarts ", job.config.max_restarts(), ")"),
@@ -223,8 +225,8 @@ absl::Status RendezvousState::ReportDone(const NodeKey& key, int64_t round, absl
   Job& job = **found;
   job.nodes[key.node_id].last_seen = now;
   if (round != job.round || job.phase != Phase::kRunning) {
-    return absl::AbortedError(absl::StrCat("round ", round, " is over; the job is in round ",
-                                           job.round));
+    return absl::AbortedError(
+        absl::StrCat("round ", round, " is over; the job is in round ", job.round));
   }
   if (!IsParticipant(job, key.node_id)) {
     return absl::AbortedError(absl::StrCat("node ", key.node_id, " is not in round ", job.round));
@@ -242,8 +244,8 @@ absl::Status RendezvousState::Leave(const NodeKey& key, absl::string_view reason
   if (!found.ok()) {
     return absl::IsFailedPrecondition(found.status()) ? absl::OkStatus() : found.status();
   }
-  RemoveNode(**found, key.node_id,
-             absl::StrCat("left", reason.empty() ? "" : ": ", reason), now, effects);
+  RemoveNode(**found, key.node_id, absl::StrCat("left", reason.empty() ? "" : ": ", reason), now,
+             effects);
   return absl::OkStatus();
 }
 
@@ -293,9 +295,9 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
       for (const std::string& host : job.lost) {
         absl::StrAppend(&missing_names, missing_names.empty() ? "" : ", ", host, " (lost)");
       }
-      std::string reason = absl::StrCat(
-          "join timeout: ", job.joined.size(), " of at least ", job.config.min_nodes(),
-          " nodes joined within ", FormatDuration(job.config.join_timeout_ms()));
+      std::string reason =
+          absl::StrCat("join timeout: ", job.joined.size(), " of at least ", job.config.min_nodes(),
+                       " nodes joined within ", FormatDuration(job.config.join_timeout_ms()));
       if (!missing_names.empty()) absl::StrAppend(&reason, "; missing: ", missing_names);
       Close(job, false, reason, std::nullopt, now, effects, absl::StatusCode::kDeadlineExceeded);
     }
@@ -364,7 +366,7 @@ absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id,
 }
 
 absl::StatusOr<std::optional<WatchEvent>> RendezvousState::CatchUp(const NodeKey& key,
-                                                                    int64_t known_round) const {
+                                                                   int64_t known_round) const {
   auto it = jobs_.find(key.job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("no job '", key.job_id, "' on this server"));
@@ -404,8 +406,8 @@ void RendezvousState::MaybeComplete(Job& job, absl::Time now, Effects* effects) 
     effects->rearm_timer = true;
     if (job.config.last_call_timeout_ms() > 0) {
       effects->log.push_back(absl::StrCat("job '", job.id, "': ", joined, " nodes joined (min ",
-                                          job.config.min_nodes(), ", max ",
-                                          job.config.max_nodes(), "); last call ends in ",
+                                          job.config.min_nodes(), ", max ", job.config.max_nodes(),
+                                          "); last call ends in ",
                                           FormatDuration(job.config.last_call_timeout_ms())));
     }
   }
@@ -499,8 +501,7 @@ void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
 
 void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
                             const std::optional<Failure>& root_cause, absl::Time now,
-                            Effects* effects,
-                            absl::StatusCode pending_join_code) {
+                            Effects* effects, absl::StatusCode pending_join_code) {
   job.phase = Phase::kClosed;
   job.closed_at = now;
   effects->rearm_timer = true;  // the retention deadline
@@ -558,8 +559,9 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
     }
     if (!job.done.empty()) {
       Close(job, false,
-            absl::StrCat(detail, " after other nodes had finished; a partly finished job cannot "
-                                 "restart"),
+            absl::StrCat(detail,
+                         " after other nodes had finished; a partly finished job cannot "
+                         "restart"),
             std::nullopt, now, effects);
       return;
     }
@@ -585,8 +587,7 @@ bool RendezvousState::IsParticipant(const Job& job, const std::string& node_id) 
          job.participants.end();
 }
 
-bool RendezvousState::NeedsHeartbeat(const Job& job, const std::string& node_id,
-                                     const Node& node) {
+bool RendezvousState::NeedsHeartbeat(const Job& job, const std::string& node_id, const Node& node) {
   // A pending join is alive while its call is open (the server drops the node
   // when the call is cancelled), and agents heartbeat only once in the job. A
   // node whose workers all finished may exit: it is not needed any more. An

@@ -12,13 +12,13 @@
 #include <optional>
 #include <set>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.pb.h"
 
@@ -132,13 +132,13 @@ class RendezvousState {
     int64_t round = 0;
     int32_t restart_count = 0;
     int64_t next_join_seq = 0;
-    std::map<std::string, Node> nodes;   // every live node of the job, by node id
+    std::map<std::string, Node> nodes;      // every live node of the job, by node id
     std::vector<std::string> participants;  // running round, in group-rank order
-    std::set<std::string> joined;         // open round: joins pending
-    std::set<std::string> waiting;        // joined while the round was running
-    std::set<std::string> expected;       // open restart round: who must rejoin
-    std::set<std::string> done;           // running round: nodes whose workers all succeeded
-    std::vector<std::string> lost;        // hosts lost since the last round formed
+    std::set<std::string> joined;           // open round: joins pending
+    std::set<std::string> waiting;          // joined while the round was running
+    std::set<std::string> expected;         // open restart round: who must rejoin
+    std::set<std::string> done;             // running round: nodes whose workers all succeeded
+    std::vector<std::string> lost;          // hosts lost since the last round formed
     absl::Time open_since = absl::InfiniteFuture();
     std::optional<absl::Time> last_call_deadline;
     bool succeeded = false;

@@ -46,7 +46,8 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
     if (!listener.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank 0 cannot listen on ", BootstrapPortName(env), ": ", listener.status().message(),
-          env.agent_store ? "; pick a master port whose next port is free too" : "; pick a free port"));
+          env.agent_store ? "; pick a master port whose next port is free too"
+                          : "; pick a free port"));
     }
     const absl::Time deadline = absl::Now() + options.timeout;
     std::vector<bool> arrived(env.world_size, false);
@@ -59,15 +60,19 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
         for (int r = 1; r < env.world_size; ++r) {
           if (!arrived[r]) missing.push_back(r);
         }
-        return FailAll(out.ranks, absl::DeadlineExceededError(absl::StrCat(
-            missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
-            " never reached rank 0 at ", root_endpoint, " within ",
-            absl::FormatDuration(options.timeout), " (", count, " of ", env.world_size,
-            " ranks arrived); is every rank started with the same MASTER_ADDR and MASTER_PORT?")));
+        return FailAll(
+            out.ranks,
+            absl::DeadlineExceededError(absl::StrCat(
+                missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
+                " never reached rank 0 at ", root_endpoint, " within ",
+                absl::FormatDuration(options.timeout), " (", count, " of ", env.world_size,
+                " ranks arrived); is every rank started with the same MASTER_ADDR and "
+                "MASTER_PORT?")));
       }
       // A connection that says nothing in a few seconds is not one of ours.
       Hello hello;
-      if (!RecvMessage(fd->get(), &hello, std::min(deadline, absl::Now() + absl::Seconds(5))).ok()) {
+      if (!RecvMessage(fd->get(), &hello, std::min(deadline, absl::Now() + absl::Seconds(5)))
+               .ok()) {
         continue;
       }
       const HelloCheck check = CheckHello(me, hello, arrived, root_endpoint);
@@ -75,8 +80,10 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
         // Another job's rank, at a port it should not share with this one:
         // turned away, and this job goes on.
         Refuse(fd->get(), check.reason, std::min(deadline, absl::Now() + absl::Seconds(2)));
-        std::fprintf(stderr, "muster-allreduce: turned away rank %d of %s, which reached this "
-                     "job's port\n", hello.rank(), JobName(hello.job()).c_str());
+        std::fprintf(stderr,
+                     "muster-allreduce: turned away rank %d of %s, which reached this "
+                     "job's port\n",
+                     hello.rank(), JobName(hello.job()).c_str());
         continue;
       }
       if (check.verdict == HelloVerdict::kStopJob) {
@@ -116,7 +123,8 @@ absl::StatusOr<Bootstrapped> RootBootstrap(const WorkerEnv& env, const Hello& me
   for (int r = 1; r < env.world_size; ++r) {
     if (absl::Status sent = SendMessage(out.ranks[r].get(), welcome, deadline); !sent.ok()) {
       return FailAll(out.ranks, absl::UnavailableError(absl::StrCat(
-          RankName(welcome, r), " went away during the bootstrap: ", sent.message())));
+                                    RankName(welcome, r),
+                                    " went away during the bootstrap: ", sent.message())));
     }
   }
   return out;

@@ -1,8 +1,8 @@
 // How the ranks of muster-allreduce find each other: rank 0 listens on
-// MASTER_PORT (or MASTER_PORT+1, see WorkerEnv); every other rank connects (retrying until the timeout, as
-// rank 0 may start last), says who it is, and gets back every rank's
-// address, the backend, and the NCCL id. The connections to rank 0 stay
-// open: each rank reports every size's results over its own.
+// MASTER_PORT (or MASTER_PORT+1, see WorkerEnv); every other rank connects (retrying until the
+// timeout, as rank 0 may start last), says who it is, and gets back every rank's address, the
+// backend, and the NCCL id. The connections to rank 0 stay open: each rank reports every size's
+// results over its own.
 #ifndef MUSTER_WORKER_BOOTSTRAP_H_
 #define MUSTER_WORKER_BOOTSTRAP_H_
 

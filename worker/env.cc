@@ -75,9 +75,9 @@ absl::StatusOr<StandIns> SlurmStandIns(const Getter& get) {
   }
   if (!get("MASTER_PORT")) {
     if (job < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "under srun, MASTER_PORT comes from SLURM_JOB_ID, which is '",
-          get("SLURM_JOB_ID").value_or("not set"), "'; set MASTER_PORT"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("under srun, MASTER_PORT comes from SLURM_JOB_ID, which is '",
+                       get("SLURM_JOB_ID").value_or("not set"), "'; set MASTER_PORT"));
     }
     stand_in("MASTER_PORT", absl::StrCat(10000 + job % 100 * 100 + step % 100),
              "from SLURM_JOB_ID and SLURM_STEP_ID");
@@ -95,9 +95,9 @@ absl::StatusOr<WorkerEnv> ReadStandard(const Getter& get) {
   absl::StatusOr<int> rank = ReadInt(get, "RANK", std::nullopt, 0, 1 << 20);
   if (!rank.ok()) return rank.status();
   if (*rank >= env.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("RANK=", *rank, " but WORLD_SIZE=",
-                                                   env.world_size, ": ranks go from 0 to ",
-                                                   env.world_size - 1, "; ", kHowToRun));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RANK=", *rank, " but WORLD_SIZE=", env.world_size, ": ranks go from 0 to ",
+                     env.world_size - 1, "; ", kHowToRun));
   }
   env.rank = *rank;
   absl::StatusOr<int> local_rank = ReadInt(get, "LOCAL_RANK", 0, 0, 1 << 20);
@@ -161,8 +161,9 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv(const Getter& get) {
 
 std::string BootstrapPortName(const WorkerEnv& env) {
   if (!env.agent_store) return absl::StrCat("MASTER_PORT ", env.bootstrap_port);
-  return absl::StrCat("MASTER_PORT+1 ", env.bootstrap_port,
-                      " (the launcher's store holds MASTER_PORT: TORCHELASTIC_USE_AGENT_STORE=True)");
+  return absl::StrCat(
+      "MASTER_PORT+1 ", env.bootstrap_port,
+      " (the launcher's store holds MASTER_PORT: TORCHELASTIC_USE_AGENT_STORE=True)");
 }
 
 }  // namespace muster::worker

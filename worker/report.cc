@@ -66,21 +66,19 @@ std::string JsonReport(const RunSummary& s) {
     const double inplace_algbw = AlgBandwidth(r.bytes, r.inplace_time_us / 1e6);
     rows.push_back(absl::StrCat(
         "    {\"bytes\": ", r.bytes, ", \"count\": ", r.count, ", \"dtype\": \"",
-        DataTypeName(r.type), "\", \"time_us\": ", Number(r.time_us),
-        ", \"algbw_gbps\": ", Number(algbw),
-        ", \"busbw_gbps\": ", Number(AllReduceBusBandwidth(algbw, s.world_size)),
+        DataTypeName(r.type), "\", \"time_us\": ", Number(r.time_us), ", \"algbw_gbps\": ",
+        Number(algbw), ", \"busbw_gbps\": ", Number(AllReduceBusBandwidth(algbw, s.world_size)),
         ", \"wrong\": ", r.wrong, ", \"inplace\": {\"time_us\": ", Number(r.inplace_time_us),
         ", \"algbw_gbps\": ", Number(inplace_algbw),
         ", \"busbw_gbps\": ", Number(AllReduceBusBandwidth(inplace_algbw, s.world_size)),
         ", \"wrong\": ", r.inplace_wrong, "}}"));
   }
-  return absl::StrCat("{\n  \"backend\": ", JsonString(s.backend),
-                      ",\n  \"world_size\": ", s.world_size,
-                      ",\n  \"hosts\": [", absl::StrJoin(hosts, ", "), "]",
-                      ",\n  \"devices\": [", absl::StrJoin(devices, ", "), "]",
-                      ",\n  \"avg_busbw_gbps\": ",
-                      Number(AverageBusBandwidth(s.results, s.world_size)),
-                      ",\n  \"results\": [\n", absl::StrJoin(rows, ",\n"), "\n  ]\n}\n");
+  return absl::StrCat(
+      "{\n  \"backend\": ", JsonString(s.backend), ",\n  \"world_size\": ", s.world_size,
+      ",\n  \"hosts\": [", absl::StrJoin(hosts, ", "), "]", ",\n  \"devices\": [",
+      absl::StrJoin(devices, ", "), "]",
+      ",\n  \"avg_busbw_gbps\": ", Number(AverageBusBandwidth(s.results, s.world_size)),
+      ",\n  \"results\": [\n", absl::StrJoin(rows, ",\n"), "\n  ]\n}\n");
 }
 
 }  // namespace muster::worker

@@ -64,14 +64,14 @@ absl::StatusOr<TcpRing> ConnectRing(const WorkerEnv& env, const Welcome& welcome
   MUSTER_RETURN_IF_ERROR(SendAll(out->get(), &me, sizeof me, deadline));
   absl::StatusOr<UniqueFd> in = Accept(listener.fd.get(), deadline);
   if (!in.ok()) {
-    return absl::DeadlineExceededError(absl::StrCat(RankName(welcome, prev),
-                                                    " never opened its ring connection: ",
-                                                    in.status().message()));
+    return absl::DeadlineExceededError(absl::StrCat(
+        RankName(welcome, prev), " never opened its ring connection: ", in.status().message()));
   }
   int32_t from = -1;
   MUSTER_RETURN_IF_ERROR(RecvAll(in->get(), &from, sizeof from, deadline));
   if (from != prev) {
-    return absl::InternalError(absl::StrCat("ring connection from rank ", from, ", expected ", prev));
+    return absl::InternalError(
+        absl::StrCat("ring connection from rank ", from, ", expected ", prev));
   }
   TuneForBulk(out->get());
   TuneForBulk(in->get());
@@ -90,7 +90,8 @@ int Fail(const WorkerEnv& env, const absl::Status& status) {
 int RunAllReduce(const AllReduceOptions& options) {
   absl::StatusOr<WorkerEnv> env = ReadWorkerEnv(GetEnv);
   if (!env.ok()) {
-    std::fprintf(stderr, "muster-allreduce: error: %s\n", std::string(env.status().message()).c_str());
+    std::fprintf(stderr, "muster-allreduce: error: %s\n",
+                 std::string(env.status().message()).c_str());
     return kExitUsage;
   }
   if (env->rank == 0 && !env->under.empty()) {
@@ -102,7 +103,8 @@ int RunAllReduce(const AllReduceOptions& options) {
   for (const absl::Status& s : {type.status(), min_bytes.status(), max_bytes.status()}) {
     if (!s.ok()) return Fail(*env, s);
   }
-  absl::StatusOr<std::vector<SweepSize>> sweep = SizeSweep(*min_bytes, *max_bytes, options.factor, *type);
+  absl::StatusOr<std::vector<SweepSize>> sweep =
+      SizeSweep(*min_bytes, *max_bytes, options.factor, *type);
   if (!sweep.ok()) return Fail(*env, sweep.status());
   const absl::Duration timeout = absl::Seconds(options.timeout_s);
 
@@ -129,7 +131,8 @@ int RunAllReduce(const AllReduceOptions& options) {
   bootstrap_options.make_nccl_id = [&gpu] { return NewNcclId(gpu->device); };
 #endif
   // Test hook: a fake GPU bus id, to prove the duplicate-GPU check on CPUs.
-  if (std::optional<std::string> fake = GetEnv("MUSTER_ALLREDUCE_TEST_BUS_ID")) me.set_bus_id(*fake);
+  if (std::optional<std::string> fake = GetEnv("MUSTER_ALLREDUCE_TEST_BUS_ID"))
+    me.set_bus_id(*fake);
   std::optional<SharedMemoryAllReduce> shm;
   const int64_t buffer_bytes = sweep->back().bytes;
   bootstrap_options.create_shm = [&](const std::string& name) -> absl::Status {
@@ -147,8 +150,9 @@ int RunAllReduce(const AllReduceOptions& options) {
   if (!boot.ok()) return Fail(*env, boot.status());
   const Welcome& welcome = boot->welcome;
   absl::StatusOr<Backend> backend = ParseBackend(welcome.backend());
-  if (!backend.ok()) return Fail(*env, absl::InternalError(absl::StrCat(
-                                           "rank 0 chose ", backend.status().message())));
+  if (!backend.ok())
+    return Fail(*env,
+                absl::InternalError(absl::StrCat("rank 0 chose ", backend.status().message())));
   RunnerOptions runner_options;
   runner_options.warmup = options.warmup;
   runner_options.iterations = options.iterations;
@@ -169,8 +173,7 @@ int RunAllReduce(const AllReduceOptions& options) {
   } else if (*backend == Backend::kShm) {
     if (env->rank != 0) {
       absl::StatusOr<SharedMemoryAllReduce> opened =
-          SharedMemoryAllReduce::Open(welcome.shm_name(), env->rank, env->world_size,
-                                      buffer_bytes);
+          SharedMemoryAllReduce::Open(welcome.shm_name(), env->rank, env->world_size, buffer_bytes);
       if (!opened.ok()) return Fail(*env, opened.status());
       shm.emplace(*std::move(opened));
     }
@@ -201,10 +204,11 @@ int RunAllReduce(const AllReduceOptions& options) {
     summary.devices.push_back(peer.bus_id().empty() ? "cpu" : peer.bus_id());
   }
   if (env->rank == 0) {
-    std::printf("# muster-allreduce: %d ranks, backend %s, sizes %s to %s (x%d), %d warm-up and "
-                "%d timed iterations each\n",
-                env->world_size, welcome.backend().c_str(), options.min_bytes.c_str(),
-                options.max_bytes.c_str(), options.factor, options.warmup, options.iterations);
+    std::printf(
+        "# muster-allreduce: %d ranks, backend %s, sizes %s to %s (x%d), %d warm-up and "
+        "%d timed iterations each\n",
+        env->world_size, welcome.backend().c_str(), options.min_bytes.c_str(),
+        options.max_bytes.c_str(), options.factor, options.warmup, options.iterations);
     for (int r = 0; r < env->world_size; ++r) {
       std::printf("#  rank %3d on %s, %s\n", r, summary.hosts[r].c_str(),
                   summary.devices[r] == "cpu" ? "cpu" : ("GPU " + summary.devices[r]).c_str());
@@ -237,8 +241,9 @@ int RunAllReduce(const AllReduceOptions& options) {
       absl::Status got = RecvMessage(boot->ranks[r].get(), &theirs, absl::Now() + report_timeout);
       if (!got.ok()) {
         return Fail(*env, absl::UnavailableError(absl::StrCat(
-            RankName(welcome, r), " sent no results for ", size.bytes, " bytes: ", got.message(),
-            absl::IsUnavailable(got) ? " (it died or failed)" : "")));
+                              RankName(welcome, r), " sent no results for ", size.bytes,
+                              " bytes: ", got.message(),
+                              absl::IsUnavailable(got) ? " (it died or failed)" : "")));
       }
       if (absl::Status added = AddReport(theirs, RankName(welcome, r), row); !added.ok()) {
         return Fail(*env, added);
@@ -255,8 +260,10 @@ int RunAllReduce(const AllReduceOptions& options) {
   }
 
   const int64_t wrong = WrongValues(summary.results);
-  std::printf("# Wrong values         : %lld %s\n", static_cast<long long>(wrong), wrong == 0 ? "OK" : "FAILED");
-  std::printf("# Avg bus bandwidth    : %.4f GB/s\n", AverageBusBandwidth(summary.results, env->world_size));
+  std::printf("# Wrong values         : %lld %s\n", static_cast<long long>(wrong),
+              wrong == 0 ? "OK" : "FAILED");
+  std::printf("# Avg bus bandwidth    : %.4f GB/s\n",
+              AverageBusBandwidth(summary.results, env->world_size));
   bool written = true;
   if (!options.json.empty()) {
     std::ofstream out(options.json);

@@ -49,7 +49,8 @@ struct SharedMemoryAllReduce::Header {
   } seen[kMaxRanks];
 };
 static_assert(sizeof(SharedMemoryAllReduce::Header) <= kHeaderBytes);
-static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free &&
+              std::atomic<uint64_t>::is_always_lock_free);
 
 namespace {
 
@@ -72,9 +73,9 @@ SharedMemoryAllReduce::SharedMemoryAllReduce(std::string name, int rank, int ran
 
 SharedMemoryAllReduce::SharedMemoryAllReduce(SharedMemoryAllReduce&& other) noexcept
     : rank_name(std::move(other.rank_name)), name_(std::move(other.name_)), rank_(other.rank_),
-      ranks_(other.ranks_), max_bytes_(other.max_bytes_), base_(std::exchange(other.base_, nullptr)),
-      length_(other.length_), barriers_(other.barriers_),
-      linked_(std::exchange(other.linked_, false)) {}
+      ranks_(other.ranks_), max_bytes_(other.max_bytes_),
+      base_(std::exchange(other.base_, nullptr)), length_(other.length_),
+      barriers_(other.barriers_), linked_(std::exchange(other.linked_, false)) {}
 
 SharedMemoryAllReduce::~SharedMemoryAllReduce() {
   if (linked_) shm_unlink(name_.c_str());
@@ -84,21 +85,23 @@ SharedMemoryAllReduce::~SharedMemoryAllReduce() {
 absl::StatusOr<SharedMemoryAllReduce> SharedMemoryAllReduce::Create(const std::string& name,
                                                                     int ranks, int64_t max_bytes) {
   if (ranks > kMaxRanks) {
-    return absl::InvalidArgumentError(absl::StrCat("shared memory takes at most ", kMaxRanks,
-                                                   " ranks; use --backend tcp"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory takes at most ", kMaxRanks, " ranks; use --backend tcp"));
   }
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("shm_open ", name));
   const size_t length = SegmentBytes(ranks, max_bytes);
   // ftruncate leaves the pages unallocated; a segment larger than /dev/shm
   // can hold fails here rather than with SIGBUS later.
-  const int error = ftruncate(fd, static_cast<off_t>(length)) != 0 ? errno
-                    : posix_fallocate(fd, 0, static_cast<off_t>(length));
+  const int error = ftruncate(fd, static_cast<off_t>(length)) != 0
+                        ? errno
+                        : posix_fallocate(fd, 0, static_cast<off_t>(length));
   if (error != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    return ErrnoToStatus(error, absl::StrCat("sizing the shared segment to ", length,
-                                             " bytes (is /dev/shm large enough? else use --backend tcp)"));
+    return ErrnoToStatus(error,
+                         absl::StrCat("sizing the shared segment to ", length,
+                                      " bytes (is /dev/shm large enough? else use --backend tcp)"));
   }
   absl::StatusOr<std::pair<void*, size_t>> mapped = Map(fd, length);
   close(fd);
@@ -116,15 +119,16 @@ absl::StatusOr<SharedMemoryAllReduce> SharedMemoryAllReduce::Open(const std::str
                                                                   int ranks, int64_t max_bytes) {
   const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
-    return ErrnoToStatus(errno, absl::StrCat("shm_open ", name,
-                                             " (rank 0's segment; is rank 0 on this machine?)"));
+    return ErrnoToStatus(
+        errno, absl::StrCat("shm_open ", name, " (rank 0's segment; is rank 0 on this machine?)"));
   }
   // Rank 0 sized it from its own options (the bootstrap checked they match).
   struct stat info {};
-  if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != SegmentBytes(ranks, max_bytes)) {
+  if (fstat(fd, &info) != 0 ||
+      static_cast<size_t>(info.st_size) != SegmentBytes(ranks, max_bytes)) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("rank 0's segment ", name,
-                                                   " is not sized for this rank's options"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank 0's segment ", name, " is not sized for this rank's options"));
   }
   absl::StatusOr<std::pair<void*, size_t>> mapped = Map(fd, SegmentBytes(ranks, max_bytes));
   close(fd);
@@ -149,7 +153,8 @@ absl::Status SharedMemoryAllReduce::Barrier(absl::Duration timeout) {
   Header* header = static_cast<Header*>(base_);
   const uint32_t generation = header->generation.load(std::memory_order_acquire);
   header->seen[rank_].count.store(++barriers_, std::memory_order_relaxed);
-  if (header->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(ranks_)) {
+  if (header->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 ==
+      static_cast<uint32_t>(ranks_)) {
     header->arrived.store(0, std::memory_order_relaxed);
     header->generation.fetch_add(1, std::memory_order_acq_rel);
     FutexWakeAll(&header->generation);
@@ -163,9 +168,9 @@ absl::Status SharedMemoryAllReduce::Barrier(absl::Duration timeout) {
       for (int r = 0; r < ranks_; ++r) {
         if (header->seen[r].count.load() < barriers_) missing.push_back(rank_name(r));
       }
-      return absl::DeadlineExceededError(absl::StrCat(
-          absl::StrJoin(missing, ", "), " did not reach the all-reduce within ",
-          absl::FormatDuration(timeout), "; it died or hung"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(absl::StrJoin(missing, ", "), " did not reach the all-reduce within ",
+                       absl::FormatDuration(timeout), "; it died or hung"));
     }
     FutexWait(&header->generation, generation, std::min(left, absl::Milliseconds(100)));
   }

@@ -15,8 +15,8 @@ absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
   if (lower == "half" || lower == "f16" || lower == "float16") return DataType::kHalf;
   if (lower == "bfloat16" || lower == "bf16") return DataType::kBfloat16;
   if (lower == "double" || lower == "f64" || lower == "float64") return DataType::kDouble;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown data type '", name, "'; use float, half, bfloat16 or double"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown data type '", name, "'; use float, half, bfloat16 or double"));
 }
 
 const char* DataTypeName(DataType type) {
@@ -52,11 +52,13 @@ absl::StatusOr<int64_t> ParseBytes(absl::string_view text) {
     if (shift != 0) digits.remove_suffix(1);
   }
   int64_t value = 0;
-  const bool all_digits = !digits.empty() && digits.find_first_not_of("0123456789") == absl::string_view::npos;
+  const bool all_digits =
+      !digits.empty() && digits.find_first_not_of("0123456789") == absl::string_view::npos;
   if (!all_digits || !absl::SimpleAtoi(digits, &value) ||
       value > (std::numeric_limits<int64_t>::max() >> shift)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "'", text, "' is not a byte count; write digits with an optional K, M or G, e.g. 8, 64K, 1G"));
+        "'", text,
+        "' is not a byte count; write digits with an optional K, M or G, e.g. 8, 64K, 1G"));
   }
   return value << shift;
 }
@@ -64,8 +66,8 @@ absl::StatusOr<int64_t> ParseBytes(absl::string_view text) {
 absl::StatusOr<std::vector<SweepSize>> SizeSweep(int64_t min_bytes, int64_t max_bytes, int factor,
                                                  DataType type) {
   if (min_bytes < 1 || min_bytes > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the sweep needs 1 <= -b (", min_bytes,
-                                                   ") <= -e (", max_bytes, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the sweep needs 1 <= -b (", min_bytes, ") <= -e (", max_bytes, ")"));
   }
   if (factor < 2) {
     return absl::InvalidArgumentError(absl::StrCat("-f must be at least 2, not ", factor));

@@ -23,8 +23,8 @@ constexpr int64_t kMaxIo = 512 << 10;
 
 TcpRing::TcpRing(int rank, int ranks, UniqueFd next, UniqueFd prev, absl::Duration timeout,
                  std::string next_name, std::string prev_name)
-    : rank_(rank), ranks_(ranks), next_(std::move(next)), prev_(std::move(prev)),
-      timeout_(timeout), next_name_(std::move(next_name)), prev_name_(std::move(prev_name)) {}
+    : rank_(rank), ranks_(ranks), next_(std::move(next)), prev_(std::move(prev)), timeout_(timeout),
+      next_name_(std::move(next_name)), prev_name_(std::move(prev_name)) {}
 
 absl::Status TcpRing::AllReduce(void* data, int64_t count, DataType type) {
   if (ranks_ == 1) return absl::OkStatus();
@@ -48,8 +48,8 @@ absl::Status TcpRing::AllReduce(void* data, int64_t count, DataType type) {
   return absl::OkStatus();
 }
 
-absl::Status TcpRing::Exchange(const char* send, int64_t send_bytes, char* recv,
-                               int64_t recv_bytes, char* reduce_into, DataType type) {
+absl::Status TcpRing::Exchange(const char* send, int64_t send_bytes, char* recv, int64_t recv_bytes,
+                               char* reduce_into, DataType type) {
   const int size = DataTypeSize(type);
   int64_t sent = 0, received = 0, reduced = 0;  // bytes
   absl::Time deadline = absl::Now() + timeout_;
@@ -61,7 +61,8 @@ absl::Status TcpRing::Exchange(const char* send, int64_t send_bytes, char* recv,
     if (n < 0 && errno != EINTR) return ErrnoToStatus(errno, "poll");
     if (n == 0) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "no progress for ", absl::FormatDuration(timeout_), received < recv_bytes
+          "no progress for ", absl::FormatDuration(timeout_),
+          received < recv_bytes
               ? absl::StrCat(": nothing from ", prev_name_, "; it may have died or hung")
               : absl::StrCat(": ", next_name_, " takes nothing; it may have died or hung")));
     }
@@ -79,14 +80,15 @@ absl::Status TcpRing::Exchange(const char* send, int64_t send_bytes, char* recv,
       }
     }
     if (received < recv_bytes && (fds[1].revents & (POLLIN | POLLERR | POLLHUP))) {
-      const ssize_t k = ::recv(prev_.get(), recv + received, std::min(kMaxIo, recv_bytes - received),
-                               MSG_DONTWAIT);
+      const ssize_t k = ::recv(prev_.get(), recv + received,
+                               std::min(kMaxIo, recv_bytes - received), MSG_DONTWAIT);
       if (k == 0) {
-        return absl::UnavailableError(absl::StrCat(prev_name_, " closed its connection mid-transfer; it died or failed"));
+        return absl::UnavailableError(
+            absl::StrCat(prev_name_, " closed its connection mid-transfer; it died or failed"));
       }
       if (k < 0 && errno != EAGAIN && errno != EINTR) {
-        return absl::UnavailableError(absl::StrCat("receiving from ", prev_name_, " failed (",
-                                                   std::strerror(errno), ")"));
+        return absl::UnavailableError(
+            absl::StrCat("receiving from ", prev_name_, " failed (", std::strerror(errno), ")"));
       }
       if (k > 0) {
         received += k;

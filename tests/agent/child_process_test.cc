@@ -97,8 +97,8 @@ TEST(ChildProcessTest, ExecFailureIsAStatusNotAChild) {
 
   const std::string script = testing::TempDir() + "/not_executable.sh";
   std::ofstream(script) << "#!/bin/sh\n";
-  std::filesystem::permissions(script, std::filesystem::perms::owner_read |
-                                           std::filesystem::perms::owner_write);
+  std::filesystem::permissions(
+      script, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   auto denied = ChildProcess::Spawn({script, {script}, {}});
   ASSERT_FALSE(denied.ok());
   EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
@@ -141,7 +141,8 @@ TEST(ChildProcessTest, DiesWithItsParent) {
     _exit(0);  // no destructor: the child is left to PR_SET_PDEATHSIG
   }
   pid_t grandchild = -1;
-  ASSERT_EQ(read(pipe_fds[0], &grandchild, sizeof(grandchild)), static_cast<ssize_t>(sizeof(grandchild)));
+  ASSERT_EQ(read(pipe_fds[0], &grandchild, sizeof(grandchild)),
+            static_cast<ssize_t>(sizeof(grandchild)));
   ASSERT_GT(grandchild, 0);
   waitpid(middle, nullptr, 0);
   // The grandchild is reparented (to init or a subreaper) and killed; poll until it is gone.

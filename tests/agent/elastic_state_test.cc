@@ -214,7 +214,8 @@ TEST_F(ElasticStateTest, NoRendezvousWithinJoinTimeoutExitsWithAHint) {
       state_.OnRdzv(rdzv_event::Joined{absl::DeadlineExceededError("deadline")}, At(605'000));
   ASSERT_THAT(Names(actions), ElementsAre("Exit 1"));
   const auto& exit = Find<action::Exit>(actions);
-  EXPECT_THAT(exit.why, HasSubstr("no rendezvous answered at rdzv:29400 within join_timeout (600 s)"));
+  EXPECT_THAT(exit.why,
+              HasSubstr("no rendezvous answered at rdzv:29400 within join_timeout (600 s)"));
   EXPECT_THAT(exit.why, HasSubstr("--rdzv-endpoint"));
   EXPECT_FALSE(exit.leave_reason) << "never in the job: nothing to leave";
   EXPECT_TRUE(state_.done());
@@ -229,8 +230,8 @@ TEST_F(ElasticStateTest, AHostingNodeWhoseJoinFailsSaysTheRendezvousFailed) {
 
 TEST_F(ElasticStateTest, ARefusedJoinExitsNamingTheReason) {
   ToJoining();
-  Actions actions = state_.OnRdzv(
-      rdzv_event::Joined{absl::FailedPreconditionError("job 'x' is closed")}, At(1));
+  Actions actions =
+      state_.OnRdzv(rdzv_event::Joined{absl::FailedPreconditionError("job 'x' is closed")}, At(1));
   ASSERT_THAT(Names(actions), ElementsAre("Exit 1"));
   EXPECT_EQ(Find<action::Exit>(actions).why, "rendezvous at rdzv:29400 failed: job 'x' is closed");
 }
@@ -328,8 +329,9 @@ TEST_F(ElasticStateTest, AFailedWorkerIsReportedAndTheOthersGetSigtermThenSigkil
   EXPECT_THAT(Names(state_.OnTimer(At(100 + kGraceMs - 1))), IsEmpty());
   Actions killed = state_.OnTimer(At(100 + kGraceMs));
   EXPECT_THAT(Names(killed), ElementsAre("Signal KILL"));
-  EXPECT_THAT(Logs(killed),
-              ElementsAre("WARN 1 worker(s) still running 3.0 s after the stop signal; sending SIGKILL"));
+  EXPECT_THAT(
+      Logs(killed),
+      ElementsAre("WARN 1 worker(s) still running 3.0 s after the stop signal; sending SIGKILL"));
 }
 
 TEST_F(ElasticStateTest, AWorkerThatCouldNotStartCountsAsFailed) {
@@ -395,7 +397,8 @@ TEST_F(ElasticStateTest, AStopSignalStopsTheWorkersThenExitsAt128PlusItAndLeaves
   ToRunning();
   Actions actions = state_.OnSignal(SIGTERM, At(100));
   EXPECT_THAT(Names(actions), ElementsAre("Signal TERM"));
-  EXPECT_THAT(Logs(actions), ElementsAre("WARN received SIGTERM: stopping 2 worker(s) (grace 3.0 s)"));
+  EXPECT_THAT(Logs(actions),
+              ElementsAre("WARN received SIGTERM: stopping 2 worker(s) (grace 3.0 s)"));
   EXPECT_EQ(state_.NextDeadline(), At(100 + kGraceMs));
   EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110))), IsEmpty());
   // A worker that exits 1 on SIGTERM is no failure of its own: the signal was ours.
@@ -451,8 +454,9 @@ TEST_F(ElasticStateTest, AHeartbeatThatSaysTheJobClosedEndsItUnlessThePushSaidSo
 TEST_F(ElasticStateTest, ThreeUnansweredHeartbeatsInARowStopTheWorkersAndExit) {
   ToRunning(1);
   const absl::Status down = absl::UnavailableError("connection refused");
-  EXPECT_THAT(Logs(state_.OnRdzv(Beat(down), At(100))),
-              ElementsAre("WARN heartbeat to the rendezvous at rdzv:29400 failed: connection refused"));
+  EXPECT_THAT(
+      Logs(state_.OnRdzv(Beat(down), At(100))),
+      ElementsAre("WARN heartbeat to the rendezvous at rdzv:29400 failed: connection refused"));
   EXPECT_THAT(state_.OnRdzv(Beat(down), At(200)), IsEmpty());
   Actions third = state_.OnRdzv(Beat(down), At(300));
   EXPECT_THAT(Names(third), ElementsAre("Signal TERM"));
@@ -550,8 +554,9 @@ TEST_F(ElasticStateTest, AFailureThatCannotBeReportedEndsTheAgentOnceItsWorkersS
   Actions unreported =
       state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")}, At(110));
   EXPECT_THAT(Names(unreported), IsEmpty());
-  EXPECT_THAT(Logs(unreported),
-              ElementsAre("ERROR could not report the failure to the rendezvous at rdzv:29400: down"));
+  EXPECT_THAT(
+      Logs(unreported),
+      ElementsAre("ERROR could not report the failure to the rendezvous at rdzv:29400: down"));
   EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120))),
               ElementsAre("Exit 1"));
 }
@@ -559,9 +564,9 @@ TEST_F(ElasticStateTest, AFailureThatCannotBeReportedEndsTheAgentOnceItsWorkersS
 TEST_F(ElasticStateTest, AFailureThatCannotBeReportedAfterTheWorkersStoppedEndsTheAgentAtOnce) {
   ToStoppingAfterFailure();
   state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
-  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")},
-                                  At(120))),
-              ElementsAre("Exit 1"));
+  EXPECT_THAT(
+      Names(state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")}, At(120))),
+      ElementsAre("Exit 1"));
   EXPECT_THAT(state_.OnRdzv(rdzv_event::FailureReported{absl::OkStatus()}, At(130)), IsEmpty());
 }
 
@@ -618,8 +623,9 @@ TEST_F(ElasticStateTest, TheReportNamesARootCauseOnAnotherNode) {
   closed->mutable_root_cause()->set_exit_code(3);
   closed->mutable_root_cause()->set_message("CUDA error");
   Actions exit = state_.OnRdzv(rdzv_event::Pushed{1, event}, At(120));
-  EXPECT_THAT(Find<action::Exit>(exit).report,
-              HasSubstr("Root cause on another node: rank 5 on node-b (exit code 3): CUDA error\n"));
+  EXPECT_THAT(
+      Find<action::Exit>(exit).report,
+      HasSubstr("Root cause on another node: rank 5 on node-b (exit code 3): CUDA error\n"));
 
   ElasticState local(Options());
   local.Start(At(0));
@@ -628,7 +634,8 @@ TEST_F(ElasticStateTest, TheReportNamesARootCauseOnAnotherNode) {
   local.OnWorkerExit(kExit1, Failure(0), At(2));
   closed->mutable_root_cause()->set_rank(0);
   EXPECT_THAT(Find<action::Exit>(local.OnRdzv(rdzv_event::Pushed{1, event}, At(3))).report,
-              Not(HasSubstr("another node"))) << "the root cause is this node's own";
+              Not(HasSubstr("another node")))
+      << "the root cause is this node's own";
 }
 
 // ---- Finishing ----
@@ -653,15 +660,18 @@ TEST_F(ElasticStateTest, AHostingNodeStaysUntilTheJobCloses) {
 
 TEST_F(ElasticStateTest, ANodeThatFinishedAsTheJobMovedOnJoinsTheNextRound) {
   ToFinishing();
-  Actions aborted = state_.OnRdzv(rdzv_event::DoneReported{absl::AbortedError("round 1 began")}, At(110));
+  Actions aborted =
+      state_.OnRdzv(rdzv_event::DoneReported{absl::AbortedError("round 1 began")}, At(110));
   EXPECT_THAT(Names(aborted), IsEmpty());
-  EXPECT_THAT(Logs(aborted), ElementsAre("INFO the job moved on while this node finished: round 1 began"));
+  EXPECT_THAT(Logs(aborted),
+              ElementsAre("INFO the job moved on while this node finished: round 1 began"));
   EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(120))), ElementsAre("Join"));
 }
 
 TEST_F(ElasticStateTest, WorkersThatSucceededExitZeroEvenIfTheRendezvousCannotBeTold) {
   ToFinishing();
-  Actions actions = state_.OnRdzv(rdzv_event::DoneReported{absl::UnavailableError("down")}, At(110));
+  Actions actions =
+      state_.OnRdzv(rdzv_event::DoneReported{absl::UnavailableError("down")}, At(110));
   EXPECT_THAT(Names(actions), ElementsAre("Exit 0"));
   EXPECT_THAT(Logs(actions),
               ElementsAre("WARN workers succeeded but the rendezvous could not be told: down"));

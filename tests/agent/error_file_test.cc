@@ -27,15 +27,16 @@ TEST(ParseErrorJsonTest, ReadsPyTorch113Format) {
   absl::StatusOr<WorkerError> error = ParseErrorJson(kTorch113);
   ASSERT_TRUE(error.ok()) << error.status();
   EXPECT_EQ(error->message, "RuntimeError: boom\nsecond line");
-  EXPECT_EQ(error->traceback,
-            "Traceback (most recent call last):\n"
-            "  File \"/usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/errors/"
-            "__init__.py\", line 346, in wrapper\n"
-            "    return f(*args, **kwargs)\n"
-            "           ^^^^^^^^^^^^^^^^^^\n"
-            "  File \"/tmp/t.py\", line 4, in main\n"
-            "    raise RuntimeError(\"boom\\nsecond line\")\n"
-            "RuntimeError: boom\nsecond line\n");
+  EXPECT_EQ(
+      error->traceback,
+      "Traceback (most recent call last):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/errors/"
+      "__init__.py\", line 346, in wrapper\n"
+      "    return f(*args, **kwargs)\n"
+      "           ^^^^^^^^^^^^^^^^^^\n"
+      "  File \"/tmp/t.py\", line 4, in main\n"
+      "    raise RuntimeError(\"boom\\nsecond line\")\n"
+      "RuntimeError: boom\nsecond line\n");
   EXPECT_EQ(error->timestamp, Epoch(1796229363));
 }
 
@@ -68,8 +69,8 @@ TEST(ParseErrorJsonTest, OldStringFormatWithoutTimestamp) {
 }
 
 TEST(ParseErrorJsonTest, TimestampAsNumberOrFractionalString) {
-  absl::StatusOr<WorkerError> number = ParseErrorJson(
-      R"({"message": {"message": "m", "extraInfo": {"timestamp": 1700000000}}})");
+  absl::StatusOr<WorkerError> number =
+      ParseErrorJson(R"({"message": {"message": "m", "extraInfo": {"timestamp": 1700000000}}})");
   ASSERT_TRUE(number.ok()) << number.status();
   EXPECT_EQ(number->timestamp, Epoch(1700000000));
 
@@ -135,7 +136,8 @@ TEST(ParseErrorJsonTest, MalformedJsonIsInvalidArgument) {
 class ReadErrorFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string templ = (std::filesystem::temp_directory_path() / "error_file_test.XXXXXX").string();
+    std::string templ =
+        (std::filesystem::temp_directory_path() / "error_file_test.XXXXXX").string();
     dir_ = ::mkdtemp(templ.data());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

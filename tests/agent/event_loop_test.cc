@@ -59,9 +59,14 @@ TEST(EventLoopTest, AReadableFdCallsItsReaderUntilRemoved) {
   ASSERT_EQ(pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0);
   UniqueFd read_end(fds[0]), write_end(fds[1]);
   std::string got;
-  ASSERT_TRUE((*loop)->Add(read_end.get(), [&] { char buffer[16];
-    const ssize_t n = read(read_end.get(), buffer, sizeof buffer);
-    if (n > 0) got.append(buffer, static_cast<size_t>(n)); }).ok());
+  ASSERT_TRUE((*loop)
+                  ->Add(read_end.get(),
+                        [&] {
+                          char buffer[16];
+                          const ssize_t n = read(read_end.get(), buffer, sizeof buffer);
+                          if (n > 0) got.append(buffer, static_cast<size_t>(n));
+                        })
+                  .ok());
   ASSERT_EQ(write(write_end.get(), "ab", 2), 2);
   EventLoop::Handlers handlers;
   handlers.on_signal = [](int) {};

@@ -16,7 +16,8 @@ using ::testing::Not;
 
 absl::Time At(double seconds) { return absl::UnixEpoch() + absl::Seconds(seconds); }
 
-WorkerFailure Failure(int rank, absl::Time seen, std::optional<absl::Time> error_time = std::nullopt) {
+WorkerFailure Failure(int rank, absl::Time seen,
+                      std::optional<absl::Time> error_time = std::nullopt) {
   WorkerFailure failure;
   failure.rank = rank;
   failure.local_rank = rank % 4;
@@ -55,7 +56,8 @@ TEST(DescribeExitTest, ExitCodeOrSignal) {
 TEST(RootCauseIndexTest, EmptyIsSize) { EXPECT_EQ(RootCauseIndex({}), 0u); }
 
 TEST(RootCauseIndexTest, EarliestSeenWithoutErrorFiles) {
-  EXPECT_EQ(RootCauseIndex({Failure(0, At(100.7)), Failure(1, At(100.2)), Failure(2, At(103))}), 1u);
+  EXPECT_EQ(RootCauseIndex({Failure(0, At(100.7)), Failure(1, At(100.2)), Failure(2, At(103))}),
+            1u);
 }
 
 TEST(RootCauseIndexTest, ErrorFileTimestampBeatsLaterAgentTime) {
@@ -138,8 +140,8 @@ TEST(FormatFailureReportTest, MessageFallsBackToTheTracebacksLastLine) {
 }
 
 TEST(FormatFailureReportTest, OthersInTheOrderTheyFailed) {
-  const std::string report = FormatFailureReport(
-      "t.py", 1, {Failure(7, At(30)), Failure(6, At(20)), Failure(4, At(10))});
+  const std::string report =
+      FormatFailureReport("t.py", 1, {Failure(7, At(30)), Failure(6, At(20)), Failure(4, At(10))});
   const size_t first = report.find("  * 4 (0)");
   const size_t second = report.find("    6 (2)");
   const size_t third = report.find("    7 (3)");

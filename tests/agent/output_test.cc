@@ -137,15 +137,14 @@ TEST(WorkerOutputTest, LongLineGoesToConsoleInPrefixedPiecesAndToFileWhole) {
     WorkerOutput output("[rank 0]: ", console->get(), std::move(*file));
     // Fed in odd-sized slices so the limit falls inside an Append.
     const std::string all = long_line + "\n" + exact_line + "\nend";
-    for (size_t i = 0; i < all.size(); i += 1000) output.Append(std::string_view(all).substr(i, 1000));
+    for (size_t i = 0; i < all.size(); i += 1000)
+      output.Append(std::string_view(all).substr(i, 1000));
     output.Finish();
     EXPECT_EQ(ReadFile(file_path), all);
   }
-  EXPECT_EQ(ReadFile(console_path), "[rank 0]: " + std::string(kMax, 'a') + "\n" +
-                                        "[rank 0]: " + std::string(kMax, 'b') + "\n" +
-                                        "[rank 0]: ccc\n" +
-                                        "[rank 0]: " + exact_line + "\n" +
-                                        "[rank 0]: end\n");
+  EXPECT_EQ(ReadFile(console_path),
+            "[rank 0]: " + std::string(kMax, 'a') + "\n" + "[rank 0]: " + std::string(kMax, 'b') +
+                "\n" + "[rank 0]: ccc\n" + "[rank 0]: " + exact_line + "\n" + "[rank 0]: end\n");
 }
 
 TEST(WorkerOutputTest, NewlineRightAfterAFullPieceEndsTheLine) {
@@ -253,7 +252,12 @@ TEST(MakeDirsTest, CreatesMissingParentsAndAcceptsExisting) {
   struct stat st;
   ASSERT_EQ(::stat(nested.c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
-  EXPECT_EQ(st.st_mode & 0777, 0755 & ~[] { mode_t m = ::umask(0); ::umask(m); return m; }());
+  EXPECT_EQ(
+      st.st_mode & 0777, 0755 & ~[] {
+        mode_t m = ::umask(0);
+        ::umask(m);
+        return m;
+      }());
   EXPECT_TRUE(MakeDirs(nested).ok());
   EXPECT_TRUE(MakeDirs(nested + "/").ok());
   EXPECT_TRUE(MakeDirs("/").ok());

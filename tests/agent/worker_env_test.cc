@@ -67,9 +67,9 @@ TEST(WorkerEnvironmentTest, SetsEveryTorchrunVariable) {
 }
 
 TEST(WorkerEnvironmentTest, OursReplaceTheAgentsButUserSettingsStay) {
-  auto env = AsMap(WorkerEnvironment(
-      {"RANK=99", "OMP_NUM_THREADS=4", "NCCL_ASYNC_ERROR_HANDLING=0", "X=a=b"}, TwoNodes(),
-      Worker(0, 2)));
+  auto env = AsMap(
+      WorkerEnvironment({"RANK=99", "OMP_NUM_THREADS=4", "NCCL_ASYNC_ERROR_HANDLING=0", "X=a=b"},
+                        TwoNodes(), Worker(0, 2)));
   EXPECT_EQ(env["RANK"], "4");
   EXPECT_EQ(env["OMP_NUM_THREADS"], "4");
   EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "0");

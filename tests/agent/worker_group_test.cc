@@ -244,7 +244,8 @@ TEST_F(WorkerGroupTest, OutputReachesTheConsoleWithTheRankPrefixWhenTheWorkerExi
   runner_.Write(101, "err", "warn\n");
   group.Exited(*group.Find(100), ExitStatus{0, 0});
   group.Exited(*group.Find(101), ExitStatus{0, 0});
-  EXPECT_EQ(ReadNow(console_read_.get()), "[rank 0]: hello\n[rank 0]: no newline\n[rank 1]: warn\n");
+  EXPECT_EQ(ReadNow(console_read_.get()),
+            "[rank 0]: hello\n[rank 0]: no newline\n[rank 1]: warn\n");
 }
 
 TEST_F(WorkerGroupTest, RedirectedOutputGoesToTheRankLogOnlyAndTeedToBoth) {

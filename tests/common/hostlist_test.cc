@@ -45,12 +45,12 @@ TEST(ExpandHostlistTest, MalformedListsSayWhatIsWrong) {
     const char* list;
     const char* says;
   };
-  for (const Case& c : {Case{"gpu[1-", "no ']'"}, Case{"gpu[3-1]", "runs backwards"},
-                        Case{"gpu[]", "empty"}, Case{"gpu[a-b]", "not a number"},
-                        Case{"gpu]1[", "no '['"}, Case{"gpu[1-2", "no ']'"},
-                        Case{"gpu[[1]]", "nested"}, Case{"", "no host"}, Case{" , ", "no host"},
-                        Case{"gpu[1-2-3]", "not a number"}, Case{"gpu[-3]", "not a number"},
-                        Case{"gpu[0-99999999999]", "more than"}}) {
+  for (const Case& c :
+       {Case{"gpu[1-", "no ']'"}, Case{"gpu[3-1]", "runs backwards"}, Case{"gpu[]", "empty"},
+        Case{"gpu[a-b]", "not a number"}, Case{"gpu]1[", "no '['"}, Case{"gpu[1-2", "no ']'"},
+        Case{"gpu[[1]]", "nested"}, Case{"", "no host"}, Case{" , ", "no host"},
+        Case{"gpu[1-2-3]", "not a number"}, Case{"gpu[-3]", "not a number"},
+        Case{"gpu[0-99999999999]", "more than"}}) {
     absl::StatusOr<std::vector<std::string>> hosts = ExpandHostlist(c.list);
     EXPECT_EQ(hosts.status().code(), absl::StatusCode::kInvalidArgument) << c.list;
     EXPECT_THAT(hosts.status().message(),

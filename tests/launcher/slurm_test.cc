@@ -24,9 +24,12 @@ absl::StatusOr<std::optional<SlurmJob>> Detect(const Env& vars) {
 }
 
 // What sbatch --nodes 2 --gres gpu:4 and srun --ntasks-per-node 1 set.
-const Env kTwoNodes = {{"SLURM_JOB_ID", "4242"},          {"SLURM_NNODES", "2"},
-                       {"SLURM_NODEID", "1"},             {"SLURM_JOB_NODELIST", "gpu[07-08]"},
-                       {"SLURM_GPUS_ON_NODE", "4"},       {"SLURM_NTASKS_PER_NODE", "1"},
+const Env kTwoNodes = {{"SLURM_JOB_ID", "4242"},
+                       {"SLURM_NNODES", "2"},
+                       {"SLURM_NODEID", "1"},
+                       {"SLURM_JOB_NODELIST", "gpu[07-08]"},
+                       {"SLURM_GPUS_ON_NODE", "4"},
+                       {"SLURM_NTASKS_PER_NODE", "1"},
                        {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}};
 
 Env With(Env vars, const std::string& name, const std::string& value) {
@@ -94,7 +97,8 @@ TEST(DetectSlurmTest, InconsistentEnvironmentsNameTheVariables) {
     const char* says;
   };
   for (const Case& c : std::vector<Case>{
-           {With(kTwoNodes, "SLURM_JOB_NODELIST", "n[1-3]"), "SLURM_NNODES=2 but SLURM_JOB_NODELIST"},
+           {With(kTwoNodes, "SLURM_JOB_NODELIST", "n[1-3]"),
+            "SLURM_NNODES=2 but SLURM_JOB_NODELIST"},
            {With(kTwoNodes, "SLURM_NODEID", "2"), "SLURM_NODEID=2 but SLURM_NNODES=2"},
            {With(kTwoNodes, "SLURM_NNODES", "two"), "SLURM_NNODES=two"},
            {Without(kTwoNodes, "SLURM_NODEID"), "SLURM_NODEID=(unset)"},

@@ -41,9 +41,12 @@ TEST(LocalClientTest, OneNodeJobRunsToTheEnd) {
   watch.set_job_id("job");
   watch.set_node_id("a");
   watch.set_known_round(assignment->round());
-  client->Watch(watch, [&](const WatchEvent& event) {
-    if (event.has_job_closed() && event.job_closed().succeeded()) closed.Notify();
-  }, [](absl::Status) {});
+  client->Watch(
+      watch,
+      [&](const WatchEvent& event) {
+        if (event.has_job_closed() && event.job_closed().succeeded()) closed.Notify();
+      },
+      [](absl::Status) {});
   ReportDoneRequest done;
   done.set_job_id("job");
   done.set_node_id("a");
@@ -66,12 +69,15 @@ TEST(LocalClientTest, FailurePushesTheNextRound) {
   watch.set_job_id("job");
   watch.set_node_id("a");
   watch.set_known_round(first->round());
-  client->Watch(watch, [&](const WatchEvent& event) {
-    if (event.has_round_changed()) {
-      new_round = event.round_changed().new_round();
-      changed.Notify();
-    }
-  }, [](absl::Status) {});
+  client->Watch(
+      watch,
+      [&](const WatchEvent& event) {
+        if (event.has_round_changed()) {
+          new_round = event.round_changed().new_round();
+          changed.Notify();
+        }
+      },
+      [](absl::Status) {});
   ReportFailureRequest failure;
   failure.set_job_id("job");
   failure.set_node_id("a");

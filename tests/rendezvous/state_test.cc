@@ -46,11 +46,26 @@ JobConfig Config(int min, int max, int max_restarts = 3) {
 // A node as its agent describes it: Spec("a") runs on host "host-a".
 struct Spec {
   Spec(const char* node_id) : id(node_id) {}  // implicit: Join({"a"}, ...)
-  Spec& Lws(int n) { local_world_size = n; return *this; }
-  Spec& Hint(int h) { hint = h; return *this; }
-  Spec& Port(int p) { port = p; return *this; }
-  Spec& Addr(std::string a) { advertised_addr = std::move(a); return *this; }
-  Spec& Host(std::string h) { host = std::move(h); return *this; }
+  Spec& Lws(int n) {
+    local_world_size = n;
+    return *this;
+  }
+  Spec& Hint(int h) {
+    hint = h;
+    return *this;
+  }
+  Spec& Port(int p) {
+    port = p;
+    return *this;
+  }
+  Spec& Addr(std::string a) {
+    advertised_addr = std::move(a);
+    return *this;
+  }
+  Spec& Host(std::string h) {
+    host = std::move(h);
+    return *this;
+  }
 
   std::string id;
   int local_world_size = 1;
@@ -229,8 +244,7 @@ TEST_F(StateTest, BadJoinIsRejectedWithoutCreatingTheJob) {
   EXPECT_EQ(TryJoin({"a"}, At(0), &effects).code(), absl::StatusCode::kInvalidArgument);
   job_ = "job";
   EXPECT_EQ(TryJoin({""}, At(0), &effects).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(TryJoin(Spec("a").Lws(0), At(0), &effects).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TryJoin(Spec("a").Lws(0), At(0), &effects).code(), absl::StatusCode::kInvalidArgument);
   config_ = Config(3, 2);
   EXPECT_EQ(TryJoin({"a"}, At(0), &effects).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(state_.job_count(), 0u);
@@ -298,8 +312,7 @@ TEST_F(StateTest, ZeroLastCallCompletesAtMinImmediately) {
 
 TEST_F(StateTest, RanksFollowHintsWhenEveryNodeGivesOne) {
   config_ = Config(3, 3);
-  auto assigned = Form({Spec("a").Hint(2), Spec("b").Hint(0), Spec("c").Hint(1)},
-                       At(0));
+  auto assigned = Form({Spec("a").Hint(2), Spec("b").Hint(0), Spec("c").Hint(1)}, At(0));
   EXPECT_EQ(assigned.at("b").group_rank(), 0);
   EXPECT_EQ(assigned.at("c").group_rank(), 1);
   EXPECT_EQ(assigned.at("a").group_rank(), 2);
@@ -307,8 +320,7 @@ TEST_F(StateTest, RanksFollowHintsWhenEveryNodeGivesOne) {
 
 TEST_F(StateTest, RanksFollowHostNamesWhenAnyHintIsMissing) {
   config_ = Config(3, 3);
-  auto assigned = Form({Spec("1").Hint(0).Host("node-c"),
-                        Spec("2").Hint(-1).Host("node-a"),
+  auto assigned = Form({Spec("1").Hint(0).Host("node-c"), Spec("2").Hint(-1).Host("node-a"),
                         Spec("3").Hint(1).Host("node-b")},
                        At(0));
   EXPECT_EQ(assigned.at("2").group_rank(), 0);  // node-a
@@ -329,10 +341,7 @@ TEST_F(StateTest, RanksOnOneHostFollowJoinOrder) {
 
 TEST_F(StateTest, RankBaseSumsLocalWorldSizesOfEarlierNodes) {
   config_ = Config(3, 3);
-  auto assigned = Form({Spec("a").Lws(8),
-                        Spec("b").Lws(2),
-                        Spec("c").Lws(4)},
-                       At(0));
+  auto assigned = Form({Spec("a").Lws(8), Spec("b").Lws(2), Spec("c").Lws(4)}, At(0));
   EXPECT_EQ(assigned.at("a").rank_base(), 0);
   EXPECT_EQ(assigned.at("b").rank_base(), 8);
   EXPECT_EQ(assigned.at("c").rank_base(), 10);
@@ -346,9 +355,8 @@ TEST_F(StateTest, RankBaseSumsLocalWorldSizesOfEarlierNodes) {
 
 TEST_F(StateTest, MasterIsGroupRankZerosAdvertisedAddressAndPort) {
   config_ = Config(2, 2);
-  auto assigned = Form({Spec("b").Port(40002).Addr("10.0.0.2"),
-                        Spec("a").Port(40001).Addr("10.0.0.1")},
-                       At(0));
+  auto assigned =
+      Form({Spec("b").Port(40002).Addr("10.0.0.2"), Spec("a").Port(40001).Addr("10.0.0.1")}, At(0));
   for (const auto& [id, a] : assigned) {
     EXPECT_EQ(a.master_addr(), "10.0.0.1") << id;
     EXPECT_EQ(a.master_port(), 40001) << id;
@@ -490,9 +498,8 @@ TEST_F(StateTest, ExhaustedRestartsCloseTheJobWithTheRootCause) {
   Effects effects;
   absl::Status late = TryJoin({"c"}, At(400), &effects);
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(late.message(),
-              AllOf(HasSubstr("'job' is closed"), HasSubstr("no restarts left"),
-                    HasSubstr("--rdzv-id")));
+  EXPECT_THAT(late.message(), AllOf(HasSubstr("'job' is closed"), HasSubstr("no restarts left"),
+                                    HasSubstr("--rdzv-id")));
   EXPECT_TRUE(effects.empty());
   EXPECT_EQ(state_.Heartbeat({job_, "a"}, At(400)).status().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -574,7 +581,8 @@ TEST_F(StateTest, AnOpenWatchStreamIsAHeartbeatAndItsEndStartsTheTimeout) {
   EXPECT_EQ(state_.NextDeadline(), At(60'000 + kHeartbeatMs));
   EXPECT_TRUE(Advance(At(60'000 + kHeartbeatMs - 1)).empty());
   auto pushed = Pushed(Advance(At(60'000 + kHeartbeatMs)));
-  ASSERT_EQ(pushed.count("a"), 1u) << "b was silent for the heartbeat timeout after its watch ended";
+  ASSERT_EQ(pushed.count("a"), 1u)
+      << "b was silent for the heartbeat timeout after its watch ended";
   EXPECT_EQ(pushed["a"].at(0).round_changed().reason(), RoundChanged::NODE_LOST);
 
   Effects unknown;  // a node the job no longer has: ignored
@@ -703,9 +711,8 @@ TEST_F(StateTest, ConfigMismatchIsRefusedNamingBothConfigs) {
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(status.message(),
                 AllOf(HasSubstr("--nnodes 2:4 --max-restarts 3"),
-                      HasSubstr(absl::StrCat("--nnodes ", other.min_nodes(), ":",
-                                             other.max_nodes(), " --max-restarts ",
-                                             other.max_restarts()))));
+                      HasSubstr(absl::StrCat("--nnodes ", other.min_nodes(), ":", other.max_nodes(),
+                                             " --max-restarts ", other.max_restarts()))));
     EXPECT_TRUE(effects.assigned.empty());
   }
   EXPECT_EQ(JobStatus().participants(), 1);
@@ -862,8 +869,7 @@ TEST_F(StateTest, LeaveOfAnUnknownNodeIsNotFound) {
   Join({"a"}, At(0));
   Effects effects;
   EXPECT_EQ(state_.Leave({job_, "b"}, "", At(1), &effects).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(state_.Leave({"nojob", "a"}, "", At(1), &effects).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_.Leave({"nojob", "a"}, "", At(1), &effects).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(state_.Status("nojob").status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -21,7 +21,8 @@ std::vector<char> SumOfRanks(int ranks, int64_t count, DataType type) {
 }
 
 TEST(DataTest, TheSumOfEveryRanksValuesChecksOutInEachType) {
-  for (DataType type : {DataType::kFloat, DataType::kHalf, DataType::kBfloat16, DataType::kDouble}) {
+  for (DataType type :
+       {DataType::kFloat, DataType::kHalf, DataType::kBfloat16, DataType::kDouble}) {
     for (int ranks : {1, 2, 3, 8, 9, 32, 33, 256}) {
       for (int64_t count : {1, 7, 1000}) {
         std::vector<char> sum = SumOfRanks(ranks, count, type);
@@ -33,7 +34,8 @@ TEST(DataTest, TheSumOfEveryRanksValuesChecksOutInEachType) {
 }
 
 TEST(DataTest, AWrongElementIsCounted) {
-  for (DataType type : {DataType::kFloat, DataType::kHalf, DataType::kBfloat16, DataType::kDouble}) {
+  for (DataType type :
+       {DataType::kFloat, DataType::kHalf, DataType::kBfloat16, DataType::kDouble}) {
     std::vector<char> sum = SumOfRanks(4, 100, type);
     // Element 10 with rank 5's value instead of the sum.
     Fill(sum.data() + 10 * DataTypeSize(type), 1, type, 5, 4);

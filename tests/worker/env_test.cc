@@ -84,9 +84,10 @@ TEST(ReadWorkerEnvTest, UnderSrunSlurmsVariablesStandIn) {
   EXPECT_EQ(env->master_port, 10000 + 42 * 100 + 3);
   EXPECT_EQ(env->bootstrap_port, env->master_port);
   EXPECT_EQ(env->job, "Slurm job 4242 step 3");
-  EXPECT_THAT(env->under, AllOf(HasSubstr("under srun"), HasSubstr("RANK 5 (SLURM_PROCID)"),
-                                HasSubstr("WORLD_SIZE 8 (SLURM_STEP_NUM_TASKS)"),
-                                HasSubstr("MASTER_ADDR gpu07 (the first host of SLURM_STEP_NODELIST)")));
+  EXPECT_THAT(env->under,
+              AllOf(HasSubstr("under srun"), HasSubstr("RANK 5 (SLURM_PROCID)"),
+                    HasSubstr("WORLD_SIZE 8 (SLURM_STEP_NUM_TASKS)"),
+                    HasSubstr("MASTER_ADDR gpu07 (the first host of SLURM_STEP_NODELIST)")));
 }
 
 TEST(ReadWorkerEnvTest, UnderSrunEachStepHasAPortInItsOwnRange) {
@@ -98,7 +99,7 @@ TEST(ReadWorkerEnvTest, UnderSrunEachStepHasAPortInItsOwnRange) {
            {"100", "0", 10000},
            {"4294967295", "99", 10000 + 95 * 100 + 99},
            {"123456789012345678", "7", 10000 + 78 * 100 + 7},  // no overflow
-           {"4242", "x", 14200},  // not a number: step 0
+           {"4242", "x", 14200},                               // not a number: step 0
        }) {
     vars["SLURM_JOB_ID"] = job;
     vars["SLURM_STEP_ID"] = step;

@@ -37,10 +37,11 @@ TEST(ReportTest, JsonHasTheFieldsScriptsRead) {
   summary.devices = {"cpu", "cpu"};
   summary.results = {{8, 2, DataType::kHalf, 10, 0, 12, 1}};
   const std::string json = JsonReport(summary);
-  for (const char* field : {"\"backend\": \"tcp\"", "\"world_size\": 2", "\"hosts\": [\"a\", \"b\\\"q\"]",
-                            "\"results\": [", "\"bytes\": 8", "\"dtype\": \"half\"", "\"time_us\": 10",
-                            "\"algbw_gbps\": ", "\"busbw_gbps\": ", "\"wrong\": 0",
-                            "\"inplace\": {\"time_us\": 12", "\"wrong\": 1}"}) {
+  for (const char* field :
+       {"\"backend\": \"tcp\"", "\"world_size\": 2", "\"hosts\": [\"a\", \"b\\\"q\"]",
+        "\"results\": [", "\"bytes\": 8", "\"dtype\": \"half\"", "\"time_us\": 10",
+        "\"algbw_gbps\": ", "\"busbw_gbps\": ", "\"wrong\": 0", "\"inplace\": {\"time_us\": 12",
+        "\"wrong\": 1}"}) {
     EXPECT_THAT(json, HasSubstr(field));
   }
 }

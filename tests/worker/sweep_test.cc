@@ -19,8 +19,8 @@ TEST(ParseBytesTest, ReadsDigitsWithBinarySuffixes) {
 }
 
 TEST(ParseBytesTest, RejectsWhatIsNotAByteCount) {
-  for (const char* bad : {"", "K", "-8", "1.5M", "8KB", "1T", " 8", "99999999999999999999",
-                          "9999999999999G"}) {
+  for (const char* bad :
+       {"", "K", "-8", "1.5M", "8KB", "1T", " 8", "99999999999999999999", "9999999999999G"}) {
     absl::StatusOr<int64_t> parsed = ParseBytes(bad);
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
@@ -37,7 +37,8 @@ TEST(DataTypeTest, NamesAndSizes) {
   EXPECT_EQ(DataTypeSize(DataType::kBfloat16), 2);
   EXPECT_EQ(DataTypeSize(DataType::kDouble), 8);
   EXPECT_STREQ(DataTypeName(DataType::kBfloat16), "bfloat16");
-  EXPECT_THAT(ParseDataType("int8").status().message(), HasSubstr("float, half, bfloat16 or double"));
+  EXPECT_THAT(ParseDataType("int8").status().message(),
+              HasSubstr("float, half, bfloat16 or double"));
 }
 
 TEST(SizeSweepTest, MultipliesByTheFactorUpToTheMaximum) {
@@ -61,9 +62,12 @@ TEST(SizeSweepTest, RoundsToWholeElementsAndSkipsSizesUnderOne) {
 }
 
 TEST(SizeSweepTest, RejectsImpossibleSweeps) {
-  EXPECT_EQ(SizeSweep(64, 8, 2, DataType::kFloat).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SizeSweep(0, 8, 2, DataType::kFloat).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SizeSweep(8, 64, 1, DataType::kFloat).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SizeSweep(64, 8, 2, DataType::kFloat).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SizeSweep(0, 8, 2, DataType::kFloat).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SizeSweep(8, 64, 1, DataType::kFloat).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(SizeSweep(1, 4, 2, DataType::kDouble).status().message(), HasSubstr("raise -e"));
   // A huge maximum does not overflow.
   EXPECT_EQ(SizeSweep(1, INT64_MAX, 2, DataType::kFloat)->back().bytes, int64_t{1} << 62);
