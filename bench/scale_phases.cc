@@ -119,6 +119,12 @@ void UnaryHeartbeats(const RunConfig& config, const Fleet& fleet, int64_t round,
   if (!tally.pending.WaitUntil(absl::Now() + config.timeout)) {
     result->error =
         absl::StrCat(tally.pending.left(), " heartbeats still unanswered after the timeout");
+    // The calls in flight still hold `tally` and `requests`: each ends by its
+    // own deadline, and until then neither may be freed.
+    if (!tally.pending.WaitUntil(absl::Now() + kHeartbeatDeadline + absl::Seconds(5))) {
+      std::fprintf(stderr, "rdzv_scale: %d heartbeats never ended\n", tally.pending.left());
+      std::_Exit(2);
+    }
     return;
   }
   const double wall_s = SecondsSince(start);
