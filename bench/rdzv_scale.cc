@@ -56,7 +56,7 @@
 #include "absl/time/time.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/service.h"

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 
 namespace muster::rdzv {
 namespace {

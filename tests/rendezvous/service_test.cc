@@ -29,7 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 #include "rendezvous/client.h"
 #include "tests/rendezvous/pending.h"
 
