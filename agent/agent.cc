@@ -18,7 +18,7 @@
 #include "agent/worker_group.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 
 namespace muster {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "agent/process_runner.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 
 namespace muster {
 

@@ -17,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 
 namespace muster {
 

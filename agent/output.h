@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 
 namespace muster {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 
 namespace muster {
 

@@ -10,6 +10,7 @@ Start-up: N agents (--nnodes N, one worker each), from the moment the first
 agent is started until every worker has started.
 """
 import argparse
+import contextlib
 import glob
 import os
 import socket
@@ -45,10 +46,17 @@ sleep ${SLEEP:-1}
 '''
 
 
-def free_port():
+@contextlib.contextmanager
+def reserved_port():
+    """A loopback port for the rendezvous, held instead of raced for, as
+    tests/integration/harness.py reserve_port() holds one: bound
+    (SO_REUSEADDR, never listening) until the run ends, so no other bind to
+    port 0 is handed it meanwhile. The agent that hosts the rendezvous can
+    still listen on it: gRPC and PyTorch's TCPStore set SO_REUSEADDR too."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 def agent_command(launcher, muster, nnodes, port, job, max_restarts, directory, torch_interval):
@@ -107,8 +115,7 @@ def restart_run(launcher, muster, torch_interval=None, fail_after=None, log_dir=
     started). fail_after: seconds after the agents start at which rank 1
     fails (default: 1.5 s after it starts). env: extra variables for the
     agents."""
-    with tempfile.TemporaryDirectory(prefix="muster-bench-") as d:
-        port = free_port()
+    with tempfile.TemporaryDirectory(prefix="muster-bench-") as d, reserved_port() as port:
         env = dict(os.environ, FAIL="1", SLEEP="0.5", OMP_NUM_THREADS="1", **(env or {}))
         commands = [agent_command(launcher, muster, 2, port, "restart", 1, d, torch_interval)
                     for _ in range(2)]
@@ -131,8 +138,7 @@ def restart_run(launcher, muster, torch_interval=None, fail_after=None, log_dir=
 
 
 def startup(launcher, muster, agents, torch_interval=None):
-    with tempfile.TemporaryDirectory(prefix="muster-bench-") as d:
-        port = free_port()
+    with tempfile.TemporaryDirectory(prefix="muster-bench-") as d, reserved_port() as port:
         env = dict(os.environ, FAIL="0", SLEEP="0.5", OMP_NUM_THREADS="1")
         commands = [agent_command(launcher, muster, agents, port, "startup", 0, d, torch_interval)
                     for _ in range(agents)]

@@ -17,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 
 extern char** environ;
 

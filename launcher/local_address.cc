@@ -6,8 +6,7 @@
 
 #include <cstring>
 
-#include "common/unique_addrinfo.h"
-#include "common/unique_ifaddrs.h"
+#include "common/unique_handle.h"
 
 namespace muster {
 namespace {

@@ -15,7 +15,7 @@
 #include "common/endpoint.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "common/unique_dir.h"
+#include "common/unique_handle.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 

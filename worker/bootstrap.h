@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 #include "worker/backend.h"
 #include "worker/env.h"
 #include "worker/net.h"

@@ -7,13 +7,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "common/unique_handle.h"
 #include "worker/data.h"
 #include "worker/watchdog.h"
 
@@ -45,57 +45,15 @@ ncclDataType_t NcclType(DataType type) {
   return ncclFloat32;
 }
 
-// A move-only owner of one handle that CUDA or NCCL hands out: released
-// (by `Release`) when dropped. Create calls write into out().
-template <typename Handle, typename Release>
-class Owned {
- public:
-  Owned() = default;
-  Owned(Owned&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  Owned& operator=(Owned&& other) noexcept {
-    if (this != &other) reset(std::exchange(other.handle_, nullptr));
-    return *this;
-  }
-  Owned(const Owned&) = delete;
-  Owned& operator=(const Owned&) = delete;
-  ~Owned() { reset(); }
-
-  Handle get() const { return handle_; }
-  // Releases what is held, for a create call to fill.
-  Handle* out() {
-    reset();
-    return &handle_;
-  }
-  Handle release() { return std::exchange(handle_, nullptr); }
-  void reset(Handle handle = nullptr) {
-    if (handle_ != nullptr) Release()(handle_);
-    handle_ = handle;
-  }
-
- private:
-  Handle handle_ = nullptr;
-};
-
-struct FreeDevice {
-  void operator()(void* ptr) const { cudaFree(ptr); }
-};
-struct DestroyStream {
-  void operator()(cudaStream_t stream) const { cudaStreamDestroy(stream); }
-};
-struct DestroyEvent {
-  void operator()(cudaEvent_t event) const { cudaEventDestroy(event); }
-};
+// Handles that CUDA and NCCL hand out, released when dropped. Create calls
+// write into out().
+using DeviceBuffer = UniqueHandle<void*, cudaFree>;
+using Stream = UniqueHandle<cudaStream_t, cudaStreamDestroy>;
+using Event = UniqueHandle<cudaEvent_t, cudaEventDestroy>;
 // Held only on an error (Finish releases it for ncclCommDestroy): abort,
 // which stops the kernels still waiting for a dead peer. ncclCommDestroy
 // would wait for them.
-struct AbortComm {
-  void operator()(ncclComm_t comm) const { ncclCommAbort(comm); }
-};
-
-using DeviceBuffer = Owned<void*, FreeDevice>;
-using Stream = Owned<cudaStream_t, DestroyStream>;
-using Event = Owned<cudaEvent_t, DestroyEvent>;
-using Comm = Owned<ncclComm_t, AbortComm>;
+using Comm = UniqueHandle<ncclComm_t, ncclCommAbort>;
 
 // Collectives run between waits on the stream: a dead peer is found within
 // the timeout of the group it stalls, and a long run is not one long wait.
@@ -114,7 +72,7 @@ class NcclRunner final : public Runner {
   ~NcclRunner() override {
     // An abort stops kernels waiting for a dead peer, but NCCL's own threads
     // have been seen to hang in it: the watchdog stays armed.
-    if (comm_.get() != nullptr) watchdog_.Arm("aborting the NCCL communicator");
+    if (comm_.valid()) watchdog_.Arm("aborting the NCCL communicator");
   }
 
   absl::Status Init(const Welcome& welcome, const GpuInfo& gpu, int64_t max_bytes) {

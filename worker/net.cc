@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/endpoint.h"
 #include "common/status.h"
-#include "common/unique_addrinfo.h"
+#include "common/unique_handle.h"
 
 namespace muster::worker {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 
 namespace muster::worker {
 

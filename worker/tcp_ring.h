@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 #include "worker/sweep.h"
 
 namespace muster::worker {

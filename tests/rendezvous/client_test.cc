@@ -2,9 +2,6 @@
 // server would hold gRPC's callback threads alive and hide what is tested.
 #include "rendezvous/client.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <memory>
 #include <string>
 
@@ -13,30 +10,10 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "common/unique_fd.h"
+#include "tests/reserved_port.h"
 
 namespace muster::rdzv {
 namespace {
-
-// A loopback port that refuses connections: bound, never listened on.
-class RefusingPort {
- public:
-  RefusingPort() : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in addr = {};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-        getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port_ = ntohs(addr.sin_port);
-    }
-  }
-  int port() const { return port_; }
-
- private:
-  UniqueFd fd_;
-  int port_ = 0;
-};
 
 // Each call's context holds a reference to the channel. Were the last one
 // dropped on gRPC's callback thread (the context going after the destructor
@@ -45,7 +22,7 @@ class RefusingPort {
 // muster now and then on its way out. Many clients, each destroyed the
 // moment its only call has answered, give that race its chances.
 TEST(ClientTest, DestroyedRightAfterItsLastCallbackLeavesNothingRunning) {
-  RefusingPort refusing;
+  const ReservedPort refusing;  // refuses connections: nothing listens
   ASSERT_GT(refusing.port(), 0);
   const std::string target = "127.0.0.1:" + std::to_string(refusing.port());
   for (int i = 0; i < 1000; ++i) {
@@ -60,7 +37,7 @@ TEST(ClientTest, DestroyedRightAfterItsLastCallbackLeavesNothingRunning) {
 
 // The same for a watch stream, whose context lives in the stream itself.
 TEST(ClientTest, DestroyedRightAfterItsWatchEndedLeavesNothingRunning) {
-  RefusingPort refusing;
+  const ReservedPort refusing;  // refuses connections: nothing listens
   ASSERT_GT(refusing.port(), 0);
   const std::string target = "127.0.0.1:" + std::to_string(refusing.port());
   for (int i = 0; i < 1000; ++i) {

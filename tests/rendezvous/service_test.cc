@@ -29,9 +29,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "common/unique_fd.h"
+#include "common/unique_handle.h"
 #include "rendezvous/client.h"
 #include "tests/rendezvous/pending.h"
+#include "tests/reserved_port.h"
 
 namespace muster::rdzv {
 namespace {
@@ -434,39 +435,29 @@ TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
 // fails as one to a closed port does, and the test sees each attempt.
 class NotServingYet {
  public:
-  NotServingYet() : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in addr = {};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof addr;
-    if (bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-        listen(fd_.get(), 8) == 0 &&
-        getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
-      port_ = ntohs(addr.sin_port);
-    }
-  }
-
   // 0 when the listener could not be set up.
   int port() const { return port_; }
 
   // Waits for the next connection attempt and resets it. False when none
   // came within `timeout`.
   bool TurnAwayNext(absl::Duration timeout) {
-    pollfd ready = {.fd = fd_.get(), .events = POLLIN, .revents = 0};
+    pollfd ready = {.fd = listener_.get(), .events = POLLIN, .revents = 0};
     if (poll(&ready, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1) return false;
-    UniqueFd connection(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    UniqueFd connection(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!connection.valid()) return false;
     const linger reset = {.l_onoff = 1, .l_linger = 0};  // close sends RST, leaves no TIME_WAIT
     setsockopt(connection.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     return true;
   }
 
-  // Frees the port for the real server.
-  void Close() { fd_.reset(); }
+  // Stops listening, for the real server to; the port stays held until the
+  // test ends, so no other test's bind to port 0 takes it in between.
+  void Close() { listener_.reset(); }
 
  private:
-  UniqueFd fd_;
-  int port_ = 0;
+  const ReservedPort reserved_;
+  UniqueFd listener_ = reserved_.Listen();
+  const int port_ = listener_.valid() ? reserved_.port() : 0;
 };
 
 TEST(ServiceStartTest, JoinWaitsForAServerThatStartsWithinTheDeadline) {
