@@ -25,8 +25,8 @@
 #include "common/log.h"
 #include "common/release_mode.h"
 #include "common/unique_handle.h"
-#include "rendezvous/grpc_log.h"
 #include "rendezvous/grpc_exit.h"
+#include "rendezvous/grpc_log.h"
 #include "rendezvous/service.h"
 
 namespace muster {
@@ -99,8 +99,7 @@ std::string WhyCannotListen(const std::string& host, int port) {
       return absl::StrCat(
           "cannot listen on ", where,
           "; run with MUSTER_LOG_LEVEL=debug GRPC_VERBOSITY=debug for gRPC's reason");
-    default:
-      return absl::StrCat("cannot listen on ", where, ": ", std::strerror(error));
+    default: return absl::StrCat("cannot listen on ", where, ": ", std::strerror(error));
   }
 }
 
@@ -125,7 +124,8 @@ void RaiseOpenFileLimit() {
   if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < kWanted) {
     Logger("musterd")->warn(
         "open-file limit is {}: at most about that many agents can connect; raise it with "
-        "ulimit -n (or LimitNOFILE= under systemd)", static_cast<uint64_t>(limit.rlim_cur));
+        "ulimit -n (or LimitNOFILE= under systemd)",
+        static_cast<uint64_t>(limit.rlim_cur));
   }
 }
 

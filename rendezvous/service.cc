@@ -30,7 +30,6 @@ std::string PeerHost(const std::string& raw_peer) {
   return endpoint.ok() ? endpoint->host : rest;  // not host:port ("unix:/path"): as it is
 }
 
-
 // A join waiting for its round. The hub runs its callback exactly once,
 // which finishes the call; a cancel from the caller goes to the hub.
 class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
@@ -184,12 +183,12 @@ absl::Status EnableKeepalive(int port, const ServerOptions& options) {
                           : -1;
     if (bound != port) continue;
     const int on = 1;
-    const bool set =
-        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) == 0 &&
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) == 0 &&
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle) == 0 &&
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) == 0 &&
-        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms) == 0;
+    const bool set = setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) == 0 &&
+                     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) == 0 &&
+                     setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle) == 0 &&
+                     setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) == 0 &&
+                     setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms,
+                                sizeof user_timeout_ms) == 0;
     if (!listening) continue;  // a connection may close under us: no matter
     if (!set) {
       status = ErrnoToStatus(errno, absl::StrCat("TCP keepalive on the listener of port ", port));
@@ -218,10 +217,11 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
                                                   const JoinRequest* request,
                                                   JoinResponse* response) {
   const uint64_t ticket = hub_->NewTicket();
-  auto* reactor = new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket,
-                                  response);
-  hub_->Join(*request, PeerHost(context->peer()), ticket,
-             [reactor](absl::StatusOr<Assignment> result) { reactor->Complete(std::move(result)); });
+  auto* reactor =
+      new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket, response);
+  hub_->Join(
+      *request, PeerHost(context->peer()), ticket,
+      [reactor](absl::StatusOr<Assignment> result) { reactor->Complete(std::move(result)); });
   return reactor;
 }
 
@@ -271,9 +271,8 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
   return FinishNow(context, status.status());
 }
 
-absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const std::string& host,
-                                                                          int port,
-                                                                          const ServerOptions& options) {
+absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
+    const std::string& host, int port, const ServerOptions& options) {
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->ticker_ = CallbackTicker::Acquire();
   server->hub_ = std::make_shared<RendezvousHub>(options.hub);
@@ -303,9 +302,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
   if (server->server_ == nullptr || server->port_ == 0) {
     server->hub_->Shutdown();
     if (port != 0) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("cannot listen on ", address,
-                       ": the port is in use or the address is not this host's"));
+      return absl::AlreadyExistsError(absl::StrCat(
+          "cannot listen on ", address, ": the port is in use or the address is not this host's"));
     }
     return absl::InvalidArgumentError(absl::StrCat("cannot listen on ", address));
   }
@@ -313,8 +311,10 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const 
     // Without it the server still works; only vanished hosts go unnoticed.
     absl::Status keepalive = EnableKeepalive(server->port_, options);
     if (!keepalive.ok()) {
-      Logger("rdzv")->warn("{}; a host that vanishes without closing its connection will not be "
-                           "noticed", keepalive.message());
+      Logger("rdzv")->warn(
+          "{}; a host that vanishes without closing its connection will not be "
+          "noticed",
+          keepalive.message());
     }
   }
   return server;

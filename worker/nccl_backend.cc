@@ -119,7 +119,8 @@ class NcclRunner final : public Runner {
       // Copies go on the collective's stream, so that they are ordered with it.
       auto load = [&]() -> absl::Status {
         Fill(host_.data(), size.count, type, env_.rank, env_.world_size);
-        MUSTER_CUDA(cudaMemcpyAsync(in, host_.data(), bytes, cudaMemcpyHostToDevice, stream_.get()));
+        MUSTER_CUDA(
+            cudaMemcpyAsync(in, host_.data(), bytes, cudaMemcpyHostToDevice, stream_.get()));
         return Wait();
       };
       // Groups of collectives, each queued while the one before runs: the
@@ -152,8 +153,8 @@ class NcclRunner final : public Runner {
       // The check: fresh values, one more all-reduce, the result to the host.
       MUSTER_RETURN_IF_ERROR(load());
       MUSTER_RETURN_IF_ERROR(ops(1, nullptr));
-      MUSTER_CUDA(cudaMemcpyAsync(host_.data(), recv_.get(), bytes, cudaMemcpyDeviceToHost,
-                                  stream_.get()));
+      MUSTER_CUDA(
+          cudaMemcpyAsync(host_.data(), recv_.get(), bytes, cudaMemcpyDeviceToHost, stream_.get()));
       MUSTER_RETURN_IF_ERROR(Wait());
       if (options_.corrupt_rank == env_.rank) {
         Fill(host_.data(), 1, type, env_.rank + 1, env_.world_size);  // the test hook
@@ -183,9 +184,9 @@ class NcclRunner final : public Runner {
         return NcclStatus(async, "the all-reduce (a peer failed?)");
       }
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "the all-reduce did not finish within ", absl::FormatDuration(timeout_),
-            "; a rank may have died or hung"));
+        return absl::DeadlineExceededError(absl::StrCat("the all-reduce did not finish within ",
+                                                        absl::FormatDuration(timeout_),
+                                                        "; a rank may have died or hung"));
       }
       std::this_thread::yield();
     }

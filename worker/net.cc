@@ -75,7 +75,8 @@ absl::StatusOr<UniqueFd> Connect(const std::string& host, int port, absl::Time d
   addrinfo* list = nullptr;
   const std::string service = std::to_string(port);
   if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &list); rc != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
   }
   const UniqueAddrInfo found(list);
   std::string last_error = "nothing tried";
@@ -83,7 +84,8 @@ absl::StatusOr<UniqueFd> Connect(const std::string& host, int port, absl::Time d
   while (true) {
     for (const addrinfo* a = found.get(); a != nullptr; a = a->ai_next) {
       // Non-blocking, so that a host that drops the SYN costs the deadline, not minutes.
-      UniqueFd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+      UniqueFd fd(
+          socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
       if (!fd.valid()) continue;
       int error = connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
       if (error == EINPROGRESS) {
@@ -167,7 +169,8 @@ absl::Status RecvAll(int fd, void* data, size_t size, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status SendMessage(int fd, const google::protobuf::MessageLite& message, absl::Time deadline) {
+absl::Status SendMessage(int fd, const google::protobuf::MessageLite& message,
+                         absl::Time deadline) {
   const std::string body = message.SerializeAsString();
   const uint32_t length = htonl(static_cast<uint32_t>(body.size()));
   std::string frame(reinterpret_cast<const char*>(&length), sizeof length);
@@ -180,7 +183,8 @@ absl::Status RecvMessage(int fd, google::protobuf::MessageLite* message, absl::T
   MUSTER_RETURN_IF_ERROR(RecvAll(fd, &length, sizeof length, deadline));
   length = ntohl(length);
   if (length > kMaxMessage) {
-    return absl::DataLossError(absl::StrCat("a message of ", length, " bytes: not muster-allreduce"));
+    return absl::DataLossError(
+        absl::StrCat("a message of ", length, " bytes: not muster-allreduce"));
   }
   std::string body(length, '\0');
   MUSTER_RETURN_IF_ERROR(RecvAll(fd, body.data(), body.size(), deadline));

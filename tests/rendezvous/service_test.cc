@@ -5,8 +5,8 @@
 #include "rendezvous/service.h"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
 #include <linux/tcp.h>  // struct tcp_info with tcpi_segs_in (glibc's is older)
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -183,7 +183,8 @@ class ServiceTest : public ::testing::Test {
     return join.Wait();
   }
 
-  static absl::StatusOr<StatusResponse> JobStatus(RendezvousClient& client, const std::string& job) {
+  static absl::StatusOr<StatusResponse> JobStatus(RendezvousClient& client,
+                                                  const std::string& job) {
     StatusRequest request;
     request.set_job_id(job);
     Pending<absl::StatusOr<StatusResponse>> status;
@@ -393,8 +394,8 @@ TEST_F(ServiceTest, ConfigMismatchFailsWithFailedPrecondition) {
   auto client = NewClient();
   Pending<absl::StatusOr<Assignment>> first;
   client->Join(MakeJoin("cfg", "a", 2, 2), kRpc, first.Callback());
-  ASSERT_TRUE(WaitForStatus(*client, "cfg",
-                            [](const StatusResponse& s) { return s.participants() == 1; }));
+  ASSERT_TRUE(
+      WaitForStatus(*client, "cfg", [](const StatusResponse& s) { return s.participants() == 1; }));
   absl::StatusOr<Assignment> other = Join(*client, MakeJoin("cfg", "b", 2, 3));
   EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(other.status().message(), HasSubstr("--nnodes 2:3"));
@@ -407,8 +408,8 @@ TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
   auto client = NewClient();
   Pending<absl::StatusOr<Assignment>> join;
   client->Join(MakeJoin("cut", "a", 2, 2), kRpc, join.Callback());
-  ASSERT_TRUE(WaitForStatus(*client, "cut",
-                            [](const StatusResponse& s) { return s.participants() == 1; }));
+  ASSERT_TRUE(
+      WaitForStatus(*client, "cut", [](const StatusResponse& s) { return s.participants() == 1; }));
   WatchLog watch;
   // WatchStarted proves the watch is open on the server before it shuts down
   // (a call still in flight then would be cancelled by gRPC itself instead).
@@ -555,7 +556,8 @@ std::pair<uint32_t, uint32_t> IdleTraffic(const ServerOptions& options, absl::Du
       RendezvousServer::Start("127.0.0.1", 0, options);
   EXPECT_TRUE(server.ok()) << server.status();
   if (!server.ok()) return {0, 0};
-  auto client = RendezvousClient::Create("127.0.0.1:" + std::to_string((*server)->port()), keepalive);
+  auto client =
+      RendezvousClient::Create("127.0.0.1:" + std::to_string((*server)->port()), keepalive);
   JoinRequest join = MakeJoin("idle", "a", 1, 1);
   EXPECT_TRUE(client->JoinSync(join, kRpc).ok());
   WatchLog watch;
@@ -624,9 +626,9 @@ TEST_F(ServiceTest, CancelledJoinDoesNotPutItsNodeInARound) {
   ASSERT_TRUE(WaitForStatus(*client, "ghost",
                             [](const StatusResponse& s) { return s.participants() == 1; }));
   gone.reset();  // the agent of "a" ended while it waited
-  ASSERT_TRUE(WaitForStatus(*client, "ghost",
-                            [](const StatusResponse& s) { return s.participants() == 0; }))
-      << "the server still counts the node whose join was cancelled";
+  ASSERT_TRUE(WaitForStatus(*client, "ghost", [](const StatusResponse& s) {
+    return s.participants() == 0;
+  })) << "the server still counts the node whose join was cancelled";
 
   Pending<absl::StatusOr<Assignment>> join_b;
   client->Join(MakeJoin("ghost", "b", 2, 2), kRpc, join_b.Callback());
