@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/open_files.h"
 #include "common/status.h"
 
 namespace muster {
@@ -44,6 +46,8 @@ struct ExecArgs {
   const char* path;
   char* const* argv;
   char* const* envp;
+  bool restore_nofile;  // the agent raised its open-file limit: give the child `nofile`
+  rlimit nofile;
 };
 
 // Runs in the child between clone and exec, on its own stack but in the
@@ -75,6 +79,7 @@ __attribute__((no_sanitize("address", "thread"))) int ExecChild(void* raw) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (args.restore_nofile) setrlimit(RLIMIT_NOFILE, &args.nofile);
   execve(args.path, args.argv, args.envp);
   const int error = errno;
   WriteAll(args.report_fd, &error, sizeof(error));
@@ -149,11 +154,24 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
                 report_write.get(),
                 options.path.empty() ? argv[0] : options.path.c_str(),
                 argv.data(),
-                envp.data()};
+                envp.data(),
+                false,
+                {}};
+  if (std::optional<rlimit> nofile = OriginalOpenFileLimit()) {
+    args.restore_nofile = true;
+    args.nofile = *nofile;
+  }
   thread_local std::unique_ptr<char[]> stack(new char[kChildStackSize]);
   const pid_t pid =
       clone(ExecChild, stack.get() + kChildStackSize, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
-  if (pid < 0) return ErrnoToStatus(errno, "clone");
+  if (pid < 0) {
+    // EAGAIN: RLIMIT_NPROC, a lack of the agent's, like EMFILE for the pipes.
+    if (errno == EAGAIN) {
+      return absl::ResourceExhaustedError(
+          "clone: too many processes for this user (ulimit -u, RLIMIT_NPROC)");
+    }
+    return ErrnoToStatus(errno, "clone");
+  }
   child->pid_ = pid;
   setpgid(pid, pid);  // also here, so a signal sent right after Spawn reaches the group
   out_write.reset();

@@ -83,6 +83,18 @@ Actions ElasticState::OnWorkersStarted(int started, std::optional<WorkerFailure>
   if (phase_ != AgentPhase::kJoining) return out;
   live_ = started;
   phase_ = AgentPhase::kRunning;
+  if (spawn_failure && spawn_failure->agent_out_of_resources) {
+    const std::string lack = spawn_failure->error ? spawn_failure->error->message : "";
+    Log(&out, Level::kError,
+        absl::StrCat("rank ", spawn_failure->rank, " could not start: ", lack,
+                     "; stopping this node's workers"));
+    leave_why_ = absl::StrCat("this node could not start rank ", spawn_failure->rank, ": ", lack,
+                              " (the agent ran out, not the worker: raise ulimit -n, or free "
+                              "memory); it leaves the job without spending a restart");
+    after_stop_ = AfterStop::kExitLeave;
+    StopWorkers(SIGTERM, now, &out);
+    return out;
+  }
   if (spawn_failure) {
     failures_.push_back(*spawn_failure);
     Log(&out, Level::kError,
@@ -115,6 +127,13 @@ void ElasticState::OnAllStopped(absl::Time now, Actions* out) {
     case AfterStop::kRejoin: StartJoin(now, out); break;
     case AfterStop::kExitFailed: ExitFailed(closed_ ? closed_->reason() : "", out); break;
     case AfterStop::kExitSignal: Finish(128 + stop_signal_, out); break;
+    case AfterStop::kExitLeave: {
+      Finish(kExitWorkersFailed, out);
+      auto& exit = std::get<action::Exit>(out->back());
+      exit.why = leave_why_;
+      exit.leave_reason = leave_why_;
+      break;
+    }
   }
 }
 

@@ -44,7 +44,9 @@ enum class AgentPhase {
 };
 
 // What to do once every worker of the attempt has stopped.
-enum class AfterStop { kAwaitDecision, kRejoin, kExitFailed, kExitSignal };
+// kExitLeave: this node cannot go on (it could not start its workers for a
+// lack of its own); it leaves the job, which spends no restart on it.
+enum class AfterStop { kAwaitDecision, kRejoin, kExitFailed, kExitSignal, kExitLeave };
 
 // Results of the rendezvous calls, and what its watch stream pushes.
 namespace rdzv_event {
@@ -140,7 +142,9 @@ class ElasticState {
 
   // The workers of the latest StartWorkers are up: `started` of them run;
   // `spawn_failure` names the first that could not be started (the rest
-  // were not tried), which counts as a failed worker.
+  // were not tried), which counts as a failed worker, unless the agent
+  // itself lacked what it takes (agent_out_of_resources): then the node
+  // stops its workers and leaves the job with that reason.
   Actions OnWorkersStarted(int started, std::optional<WorkerFailure> spawn_failure, absl::Time now);
   // A worker exited with `status`. `failure` describes it (with what its
   // error file says) when the status is not a success.
@@ -199,6 +203,7 @@ class ElasticState {
   int heartbeat_failures_ = 0;  // in a row
   std::optional<rdzv::JobClosed> closed_;
   std::vector<WorkerFailure> failures_;  // of the latest failed attempt
+  std::string leave_why_;                // AfterStop::kExitLeave: what this node lacks
 
   std::optional<absl::Time> kill_at_, heartbeat_at_, watch_retry_at_, progress_at_;
 };

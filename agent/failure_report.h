@@ -24,6 +24,9 @@ struct WorkerFailure {
   absl::Time time;                   // When the agent saw the worker die.
   std::string error_file;            // TORCHELASTIC_ERROR_FILE given to the worker; may be empty.
   std::optional<WorkerError> error;  // What that file said, if the worker wrote it.
+  // The agent could not start the worker for a lack of its own (descriptors,
+  // memory, processes): no fault of the worker's, so no restart is spent on it.
+  bool agent_out_of_resources = false;
 };
 
 // "SIGSEGV"; "SIGRTMIN+3" for real-time signals; "signal 99" for a number that names no signal.

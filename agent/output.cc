@@ -156,7 +156,7 @@ absl::Status MakeDirs(const std::string& path) {
   // trailing '/' only make harmless repeats.
   for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
     const std::string dir = path.substr(0, end);
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
       const int mkdir_errno = errno;
       struct stat st;
       // mkdir may fail with EACCES or EROFS on a directory that exists already.
@@ -181,7 +181,7 @@ absl::StatusOr<UniqueFd> OpenLogFile(const std::string& path) {
   }
   int fd;
   do {
-    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
   return UniqueFd(fd);

@@ -70,11 +70,12 @@ class WorkerOutput {
   absl::Status file_status_;
 };
 
-// Creates path and its missing parents with mode 0755, like `mkdir -p`. OK if it exists as a
+// Creates path and its missing parents with mode 0700 (logs are the
+// user's alone), like `mkdir -p`. OK if it exists as a
 // directory; an error if it, or a parent, exists as something else.
 absl::Status MakeDirs(const std::string& path);
 
-// Opens path for writing (created 0644, truncated, close-on-exec), creating its parent directories.
+// Opens path for writing (created 0600, truncated, close-on-exec), creating its parent directories.
 absl::StatusOr<UniqueFd> OpenLogFile(const std::string& path);
 
 }  // namespace muster

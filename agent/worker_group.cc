@@ -83,6 +83,7 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
       failed.rank = worker.rank;
       workers_.pop_back();
       started.failure = Describe(failed, ExitStatus{127, 0}, std::string(child.status().message()));
+      started.failure->agent_out_of_resources = absl::IsResourceExhausted(child.status());
       break;
     }
     worker.process = *std::move(child);

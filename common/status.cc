@@ -17,6 +17,9 @@ absl::Status ErrnoToStatus(int error_number, absl::string_view what) {
     case EADDRINUSE: return absl::AlreadyExistsError(message);
     case EINVAL:
     case ENOEXEC: return absl::InvalidArgumentError(message);
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM: return absl::ResourceExhaustedError(message);
     case EAGAIN:
     case EINTR:
     case ECONNREFUSED: return absl::UnavailableError(message);

@@ -16,6 +16,7 @@
 #include "agent/agent.h"
 #include "common/endpoint.h"
 #include "common/log.h"
+#include "common/open_files.h"
 #include "common/process_env.h"
 #include "launcher/local_address.h"
 #include "launcher/nproc.h"
@@ -105,6 +106,11 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
   const std::string dial_host = NumericLoopback(endpoint->host);
   const HostingFacts facts{endpoint->host, HostName(), config.local_addr, config.rdzv_conf.is_host};
   if (ShouldHostRendezvous(facts, IsLocalAddress)) {
+    // Every other node keeps a connection to this one open; the workers get
+    // the limit back (ChildProcess::Spawn).
+    if (std::optional<std::string> low = RaiseOpenFileLimit(4096, "nodes can connect")) {
+      Logger("agent")->warn("{}", *low);
+    }
     absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
         rdzv::RendezvousServer::Start(BindHost(endpoint->host), endpoint->port);
     if (started.ok()) {

@@ -6,7 +6,6 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -23,6 +22,7 @@
 #include "absl/time/time.h"
 #include "common/endpoint.h"
 #include "common/log.h"
+#include "common/open_files.h"
 #include "common/release_mode.h"
 #include "common/unique_handle.h"
 #include "rendezvous/grpc_exit.h"
@@ -110,25 +110,6 @@ void UseTimestampedLogs() {
   }
 }
 
-// Each agent keeps a connection open: a daemon for thousands of nodes needs
-// more descriptors than the usual soft limit of 1024. Raises it to the hard
-// limit and says so when that is still low.
-void RaiseOpenFileLimit() {
-  rlimit limit;
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  if (limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &limit);
-  }
-  constexpr rlim_t kWanted = 16384;
-  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < kWanted) {
-    Logger("musterd")->warn(
-        "open-file limit is {}: at most about that many agents can connect; raise it with "
-        "ulimit -n (or LimitNOFILE= under systemd)",
-        static_cast<uint64_t>(limit.rlim_cur));
-  }
-}
-
 int Main(int argc, char** argv) {
   std::string listen = "0.0.0.0";
   std::string port_text = std::to_string(kDefaultPort);
@@ -186,7 +167,11 @@ int Main(int argc, char** argv) {
   }
   UseTimestampedLogs();
   rdzv::RouteGrpcLogsToSpdlog();
-  RaiseOpenFileLimit();
+  // Each agent keeps a connection open: a daemon for thousands of nodes
+  // needs more descriptors than the usual soft limit of 1024.
+  if (std::optional<std::string> low = RaiseOpenFileLimit(16384, "agents can connect")) {
+    Logger("musterd")->warn("{}", *low);
+  }
 
   // Blocked before gRPC starts its threads, so they inherit the mask and the
   // signals reach only sigwait below.

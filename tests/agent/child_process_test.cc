@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/open_files.h"
 #include "gtest/gtest.h"
 
 namespace muster {
@@ -156,6 +158,49 @@ TEST(ChildProcessTest, DiesWithItsParent) {
   EXPECT_TRUE(gone);
   close(pipe_fds[0]);
   close(pipe_fds[1]);
+}
+
+// With no descriptor left, the spawn fails as the agent's lack
+// (kResourceExhausted), which the agent does not count as the worker's
+// failure.
+TEST(ChildProcessTest, OutOfDescriptorsIsResourceExhausted) {
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int lowest_free = dup(0);
+  ASSERT_GE(lowest_free, 0);
+  close(lowest_free);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(lowest_free);  // the next descriptor is one too many
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+  auto child = ChildProcess::Spawn({"/bin/true", {"true"}, {}});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_FALSE(child.ok());
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kResourceExhausted) << child.status();
+  EXPECT_NE(child.status().message().find("Too many open files"), std::string::npos)
+      << child.status();
+}
+
+// An agent that raised its own open-file limit (it hosts the rendezvous)
+// starts its workers with the limit it was given.
+TEST(ChildProcessTest, WorkersGetTheOpenFileLimitTheAgentWasGiven) {
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max <= 1000) {
+    GTEST_SKIP() << "the hard open-file limit is " << saved.rlim_max << ": no room to raise";
+  }
+  rlimit low = saved;
+  low.rlim_cur = 1000;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  RaiseOpenFileLimit(1, "test");
+  rlimit raised;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &raised), 0);
+  EXPECT_EQ(raised.rlim_cur, saved.rlim_max);
+  auto child = ChildProcess::Spawn({"/bin/sh", {"sh", "-c", "ulimit -n"}, {}});
+  ASSERT_TRUE(child.ok()) << child.status();
+  UniqueFd out = (*child)->TakeStdout();
+  EXPECT_EQ(ReadAll(out.get()), "1000\n");
+  EXPECT_TRUE(Wait(**child).success());
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
 }
 
 TEST(ResolveExecutableTest, SearchesPath) {

@@ -346,6 +346,39 @@ TEST_F(ElasticStateTest, AWorkerThatCouldNotStartCountsAsFailed) {
   EXPECT_EQ(state_.live_workers(), 1);
 }
 
+TEST_F(ElasticStateTest, AnAgentOutOfDescriptorsLeavesTheJobWithoutSpendingARestart) {
+  ToJoining();
+  state_.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  WorkerFailure failure = Failure(1, 127);
+  failure.error = WorkerError{"pipe2: Too many open files", "", std::nullopt};
+  failure.agent_out_of_resources = true;
+  Actions actions = state_.OnWorkersStarted(1, failure, At(11));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal TERM")) << "no ReportFailure: no restart spent";
+  EXPECT_THAT(Logs(actions), ElementsAre("ERROR rank 1 could not start: pipe2: Too many open "
+                                         "files; stopping this node's workers"));
+  EXPECT_EQ(state_.after_stop(), AfterStop::kExitLeave);
+  // A new round while it stops does not bring it back: it cannot start workers.
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(12))), IsEmpty());
+  Actions stopped = state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(20));
+  ASSERT_THAT(Names(stopped), ElementsAre("Exit 1"));
+  const auto& exit = Find<action::Exit>(stopped);
+  ASSERT_TRUE(exit.leave_reason.has_value());
+  EXPECT_THAT(*exit.leave_reason, HasSubstr("pipe2: Too many open files"));
+  EXPECT_THAT(*exit.leave_reason, HasSubstr("ulimit -n"));
+  EXPECT_EQ(exit.why, *exit.leave_reason);
+  EXPECT_TRUE(exit.report.empty()) << "no worker failed: no failure table";
+}
+
+TEST_F(ElasticStateTest, AnAgentOutOfDescriptorsWithNoWorkerUpLeavesAtOnce) {
+  ToJoining();
+  state_.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  WorkerFailure failure = Failure(0, 127);
+  failure.agent_out_of_resources = true;
+  Actions actions = state_.OnWorkersStarted(0, failure, At(11));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal TERM", "Exit 1"));
+  EXPECT_TRUE(Find<action::Exit>(actions).leave_reason.has_value());
+}
+
 TEST_F(ElasticStateTest, WhenNoWorkerCouldStartTheAgentWaitsForTheRendezvousToDecide) {
   ToJoining();
   state_.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));

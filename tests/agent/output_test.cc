@@ -253,11 +253,13 @@ TEST(MakeDirsTest, CreatesMissingParentsAndAcceptsExisting) {
   ASSERT_EQ(::stat(nested.c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
   EXPECT_EQ(
-      st.st_mode & 0777, 0755 & ~[] {
-        mode_t m = ::umask(0);
-        ::umask(m);
-        return m;
-      }());
+      st.st_mode & 0777, 0700 &
+                             ~[] {
+                               mode_t m = ::umask(0);
+                               ::umask(m);
+                               return m;
+                             }())
+      << "a job's logs are its owner's alone";
   EXPECT_TRUE(MakeDirs(nested).ok());
   EXPECT_TRUE(MakeDirs(nested + "/").ok());
   EXPECT_TRUE(MakeDirs("/").ok());
@@ -271,6 +273,17 @@ TEST(MakeDirsTest, FailsWhenAFileIsInTheWay) {
   EXPECT_FALSE(MakeDirs(file + "/below").ok());
   EXPECT_FALSE(OpenLogFile(file + "/below/stdout.log").ok());
   EXPECT_FALSE(MakeDirs("").ok());
+}
+
+TEST(OpenLogFileTest, OnlyItsOwnerCanReadANewFile) {
+  TempDir dir;
+  const std::string path = dir.path() + "/attempt_0/0/stderr.log";
+  ASSERT_TRUE(OpenLogFile(path).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u) << "mode " << std::oct << (st.st_mode & 0777);
+  ASSERT_EQ(::stat((dir.path() + "/attempt_0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u) << "mode " << std::oct << (st.st_mode & 0777);
 }
 
 TEST(OpenLogFileTest, TruncatesAnExistingFile) {

@@ -167,7 +167,8 @@ class OnGpus(TempDirTest):
         r = muster("--standalone", "--nproc-per-node", "gpu", "muster-allreduce",
                    "-b", "8", "-e", "64M", "--backend", "nccl", "--json", json_path)
         self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
-        report = json.load(open(json_path))
+        with open(json_path) as f:
+            report = json.load(f)
         self.assertEqual(report["backend"], "nccl")
         self.assertTrue(all(d != "cpu" for d in report["devices"]), report["devices"])
         self.assertTrue(all(x["wrong"] == 0 and x["inplace"]["wrong"] == 0

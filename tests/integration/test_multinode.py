@@ -215,5 +215,29 @@ class LostNodes(MultiNodeTest):
             self.assertIn("(lost)", err)
 
 
+class HostingAgentLimits(MultiNodeTest):
+    """The agent that hosts the rendezvous holds a connection per node: it
+    raises its open-file limit to the hard one; its workers get the limit
+    the user gave, and the files it writes are the user's alone."""
+
+    def test_host_raises_its_limit_and_workers_get_the_one_given(self):
+        probe = ('ulimit -n > "$0/limits"; grep "Max open files" /proc/$PPID/limits >> "$0/limits";'
+                 ' echo to-the-log')
+        command = ["prlimit", "--nofile=512:4096", MUSTER, "--nnodes", "1", "--nproc-per-node",
+                   "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{self.port}",
+                   "--rdzv-id", "job", "--log-dir", self.path("logs"), "--redirects", "3",
+                   "--no-python", "/bin/sh", "-c", probe, self.tmp]
+        r = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("hosting the rendezvous", r.stderr)
+        worker_limit, agent_line = self.read("limits").splitlines()
+        self.assertEqual(worker_limit, "512")
+        self.assertEqual(agent_line.split()[3:5], ["4096", "4096"], agent_line)
+        logs = [os.path.join(d, f) for d, _, files in os.walk(self.path("logs")) for f in files]
+        self.assertTrue(any(f.endswith("stdout.log") for f in logs), logs)
+        for path in logs + [os.path.dirname(f) for f in logs]:
+            self.assertEqual(os.stat(path).st_mode & 0o077, 0, f"{path} is open to others")
+
+
 if __name__ == "__main__":
     unittest.main()
