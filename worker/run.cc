@@ -97,14 +97,14 @@ int RunAllReduce(const AllReduceOptions& options) {
   if (env->rank == 0 && !env->under.empty()) {
     std::fprintf(stderr, "muster-allreduce: %s\n", env->under.c_str());
   }
-  absl::StatusOr<DataType> type = ParseDataType(options.dtype);
+  absl::StatusOr<DataType> dtype = ParseDataType(options.dtype);
   absl::StatusOr<int64_t> min_bytes = ParseBytes(options.min_bytes);
   absl::StatusOr<int64_t> max_bytes = ParseBytes(options.max_bytes);
-  for (const absl::Status& s : {type.status(), min_bytes.status(), max_bytes.status()}) {
+  for (const absl::Status& s : {dtype.status(), min_bytes.status(), max_bytes.status()}) {
     if (!s.ok()) return Fail(*env, s);
   }
   absl::StatusOr<std::vector<SweepSize>> sweep =
-      SizeSweep(*min_bytes, *max_bytes, options.factor, *type);
+      SizeSweep(*min_bytes, *max_bytes, options.factor, *dtype);
   if (!sweep.ok()) return Fail(*env, sweep.status());
   const absl::Duration timeout = absl::Seconds(options.timeout_s);
 
@@ -219,7 +219,7 @@ int RunAllReduce(const AllReduceOptions& options) {
 
   const absl::Duration report_timeout = timeout;
   for (const SweepSize& size : *sweep) {
-    absl::StatusOr<LocalResult> local = runner->Run(size, *type);
+    absl::StatusOr<LocalResult> local = runner->Run(size, *dtype);
     SizeReport report;
     if (local.ok()) {
       report.set_time_us(local->time_us);
@@ -235,7 +235,7 @@ int RunAllReduce(const AllReduceOptions& options) {
       continue;
     }
     if (!local.ok()) return Fail(*env, local.status());
-    SizeResult row = OwnRow(size, *type, *local);
+    SizeResult row = OwnRow(size, *dtype, *local);
     for (int r = 1; r < env->world_size; ++r) {
       SizeReport theirs;
       absl::Status got = RecvMessage(boot->ranks[r].get(), &theirs, absl::Now() + report_timeout);
