@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # A real Slurm on this one machine, for the tests: munged, slurmctld and two
 # slurmd (node1 and node2, on ports 17001 and 17002), everything under
-# $MUSTER_SLURM_DIR (default /tmp/muster-slurm). Needs root, slurm-wlm and
-# munge (scripts/setup installs them).
+# $MUSTER_SLURM_DIR (default /tmp/muster-slurm) but munged's socket. Needs
+# root, slurm-wlm and munge (scripts/setup installs them).
+#
+# munged runs as a cluster's does: as the munge user, on its default socket
+# (/run/munge/munge.socket.2, the one every program finds with no flag),
+# in a directory of munge's that anyone may enter.
 #
 #   tests/slurm/cluster.sh start   # prints the SLURM_CONF to export
 #   tests/slurm/cluster.sh stop
@@ -13,9 +17,10 @@ set -euo pipefail
 dir=${MUSTER_SLURM_DIR:-/tmp/muster-slurm}
 conf=$dir/slurm.conf
 marker="# muster test cluster"
+socket=/run/munge/munge.socket.2
 
 stop() {
-  for pidfile in "$dir"/slurmd-node1.pid "$dir"/slurmd-node2.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
+  for pidfile in "$dir"/slurmd-node1.pid "$dir"/slurmd-node2.pid "$dir"/slurmctld.pid "$dir"/munge/munged.pid; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
   for _ in $(seq 50); do
@@ -23,7 +28,7 @@ stop() {
     sleep 0.1
   done
   pkill -9 -f "$conf" 2>/dev/null || true
-  [ -f "$dir/munged.pid" ] && kill -9 "$(cat "$dir/munged.pid")" 2>/dev/null || true
+  [ -f "$dir/munge/munged.pid" ] && kill -9 "$(cat "$dir/munge/munged.pid")" 2>/dev/null || true
   sed -i "/$marker/d" /etc/hosts
 }
 
@@ -31,13 +36,19 @@ start() {
   stop
   rm -rf "$dir"
   mkdir -p "$dir/ctld" "$dir/spool-node1" "$dir/spool-node2" "$dir/munge"
-  chmod 700 "$dir/munge"
   grep -q "$marker" /etc/hosts || echo "127.0.0.1 node1 node2 $marker" >> /etc/hosts
+  if [ -S "$socket" ] && munge -n -s "$socket" >/dev/null 2>&1; then
+    echo "a munged already answers on $socket; stop it first (this script runs its own)" >&2
+    return 1
+  fi
+  install -d -o munge -g munge -m 0755 "$(dirname "$socket")"
   dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
+  chown -R munge:munge "$dir/munge"
+  chmod 700 "$dir/munge"
   chmod 400 "$dir/munge/munge.key"
-  munged --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.sock" \
-         --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge/seed" \
-         --force
+  runuser -u munge -- munged --key-file="$dir/munge/munge.key" --socket="$socket" \
+    --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
+    --seed-file="$dir/munge/seed"
   cat > "$conf" <<CONF
 ClusterName=muster
 SlurmctldHost=localhost(127.0.0.1)
@@ -45,7 +56,6 @@ SlurmctldPort=16817
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge/munge.sock
 CredType=cred/munge
 StateSaveLocation=$dir/ctld
 SlurmdSpoolDir=$dir/spool-%n
