@@ -21,9 +21,8 @@ absl::StatusOr<UniqueContext> NewContext(const MungeOptions& options) {
   if (context == nullptr) return absl::ResourceExhaustedError("munge: cannot allocate a context");
   if (!options.socket.empty() &&
       munge_ctx_set(context.get(), MUNGE_OPT_SOCKET, options.socket.c_str()) != EMUNGE_SUCCESS) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("munge: bad socket ", options.socket, ": ",
-                     munge_ctx_strerror(context.get())));
+    return absl::InvalidArgumentError(absl::StrCat("munge: bad socket ", options.socket, ": ",
+                                                   munge_ctx_strerror(context.get())));
   }
   return context;
 }
@@ -40,15 +39,14 @@ absl::Status ToStatus(munge_err_t error, munge_ctx_t context, const MungeOptions
       absl::StrCat("munge ", what, ": ", detail != nullptr ? detail : munge_strerror(error));
   switch (error) {
     case EMUNGE_SOCKET:
-      return absl::UnavailableError(absl::StrCat(
-          message, " (is munged running? its socket is ", SocketOf(options), ")"));
+      return absl::UnavailableError(
+          absl::StrCat(message, " (is munged running? its socket is ", SocketOf(options), ")"));
     case EMUNGE_SNAFU:
     case EMUNGE_NO_MEMORY:
     case EMUNGE_OVERFLOW: return absl::InternalError(message);
     // Anything else a decode says is of the credential: forged, empty,
     // expired, replayed, of another key.
-    default:
-      return decoding ? absl::UnauthenticatedError(message) : absl::InternalError(message);
+    default: return decoding ? absl::UnauthenticatedError(message) : absl::InternalError(message);
   }
 }
 

@@ -40,8 +40,8 @@ class PrivateMunged {
     ::chmod((dir_ + "/key/munge.key").c_str(), 0400);
     const std::string command =
         std::string(kMunged) + " --key-file=" + dir_ + "/key/munge.key --socket=" + socket() +
-        " --pid-file=" + dir_ + "/munged.pid --log-file=" + dir_ + "/munged.log --seed-file=" +
-        dir_ + "/key/seed --force 2>" + dir_ + "/munged.err";
+        " --pid-file=" + dir_ + "/munged.pid --log-file=" + dir_ +
+        "/munged.log --seed-file=" + dir_ + "/key/seed --force 2>" + dir_ + "/munged.err";
     started_ = std::system(command.c_str()) == 0;
     for (int i = 0; started_ && i < 500 && !MungeSocketPresent({socket()}); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
