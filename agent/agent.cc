@@ -272,7 +272,7 @@ void Agent::Impl::Do(const action::Join&) {
   node->set_local_world_size(options_.nproc);
   node->set_node_rank_hint(config_.node_rank_given ? config_.node_rank : -1);
   node->set_master_port_candidate(PickFreePort());
-  logger_->debug("joining job '{}' at {}", config_.rdzv_id, client_->target());
+  logger_->debug("joining job '{}' at {} as node {}", config_.rdzv_id, client_->target(), node_id_);
   client_->Join(request, absl::FromChrono(config_.rdzv_conf.join_timeout) + kJoinSlack,
                 [this](absl::StatusOr<rdzv::Assignment> assignment) {
                   Post(rdzv_event::Joined{std::move(assignment)});

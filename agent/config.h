@@ -46,6 +46,9 @@ struct RdzvConf {
   int keep_alive_max_attempt = 3;
   std::chrono::milliseconds read_timeout{60'000};
   std::optional<bool> is_host;
+  // The job's shared token file (rendezvous/token.h): token_file=, else
+  // MUSTER_TOKEN_FILE. Empty: no authentication.
+  std::string token_file;
 };
 
 struct LaunchConfig {

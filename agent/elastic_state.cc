@@ -50,8 +50,11 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
   if (phase_ != AgentPhase::kJoining) return;
   if (!assignment.ok()) {
     const absl::Status& status = assignment.status();
-    if (!in_job_ && (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) &&
-        !options_.hosts_rendezvous) {
+    if (absl::IsUnauthenticated(status)) {
+      // The client's message names the rendezvous and the token file.
+      ExitFailed(std::string(status.message()), out);
+    } else if (!in_job_ && (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) &&
+               !options_.hosts_rendezvous) {
       ExitFailed(absl::StrCat("no rendezvous answered at ", options_.rdzv_target,
                               " within join_timeout (", Seconds(options_.join_timeout),
                               " s): is the node that hosts it (or musterd) running, and is "
@@ -226,7 +229,9 @@ Actions ElasticState::OnRdzv(RdzvEvent event, absl::Time now) {
   } else if (auto* beat = std::get_if<rdzv_event::HeartbeatAnswered>(&event)) {
     OnHeartbeat(beat->round, now, &out);
   } else if (auto* job = std::get_if<rdzv_event::JobStatusAnswered>(&event)) {
-    if (phase_ == AgentPhase::kJoining) {
+    if (phase_ == AgentPhase::kJoining && absl::IsUnauthenticated(job->job.status())) {
+      GiveUp(std::string(job->job.status().message()), now, &out);
+    } else if (phase_ == AgentPhase::kJoining) {
       Log(&out, Level::kInfo, ProgressLine(options_.rdzv_target, job->job));
     }
   }
@@ -241,6 +246,11 @@ void ElasticState::OnWatchEnded(const rdzv_event::WatchEnded& ended, absl::Time 
     heartbeat_at_ = now;
   }
   watch_started_ = false;
+  if (!closed_ && absl::IsUnauthenticated(ended.status)) {
+    // Retrying cannot help: the rendezvous will refuse every call.
+    if (phase_ != AgentPhase::kFinishing) GiveUp(std::string(ended.status.message()), now, out);
+    return;
+  }
   if (!closed_ && !ended.status.ok() && !absl::IsCancelled(ended.status) &&
       !absl::IsAborted(ended.status)) {
     // Heartbeats say whether the rendezvous is gone for good; the watch just retries.
@@ -313,6 +323,13 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
                                Actions* out) {
   const absl::Status& status = answer.status();
   if (absl::IsCancelled(status)) return;
+  if (absl::IsUnauthenticated(status)) {
+    // Refused, not unanswered: no second try. A finishing node's pending
+    // ReportDone decides.
+    if (!closed_ && phase_ != AgentPhase::kFinishing)
+      GiveUp(std::string(status.message()), now, out);
+    return;
+  }
   const bool answered =
       status.ok() || absl::IsNotFound(status) || absl::IsFailedPrecondition(status);
   if (answered) {
@@ -360,10 +377,16 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
   }
   if (heartbeat_failures_ < options_.keep_alive_max_attempt) return;
   if (phase_ == AgentPhase::kFinishing) return;  // the pending ReportDone decides
-  const std::string why = absl::StrCat(
-      "the rendezvous at ", options_.rdzv_target, " did not answer ", heartbeat_failures_,
-      " heartbeats in a row (keep_alive_max_attempt); the job cannot go on without it");
+  GiveUp(absl::StrCat("the rendezvous at ", options_.rdzv_target, " did not answer ",
+                      heartbeat_failures_,
+                      " heartbeats in a row (keep_alive_max_attempt); the job cannot go on "
+                      "without it"),
+         now, out);
+}
+
+void ElasticState::GiveUp(const std::string& why, absl::Time now, Actions* out) {
   heartbeat_at_.reset();
+  watch_retry_at_.reset();
   if (phase_ == AgentPhase::kRunning || phase_ == AgentPhase::kStopping) {
     Log(out, Level::kError, absl::StrCat(why, "; stopping the workers"));
     rdzv::JobClosed closed;

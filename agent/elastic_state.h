@@ -183,6 +183,10 @@ class ElasticState {
   void OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Actions* out);
   void OpenWatch(Actions* out);
   void ExitFailed(const std::string& why, Actions* out);
+  // The job cannot go on with this rendezvous (it stopped answering, or it
+  // refused our credential): stops the workers, if any, and exits failed
+  // with `why`.
+  void GiveUp(const std::string& why, absl::Time now, Actions* out);
   void Finish(int code, Actions* out);
 
   const ElasticOptions options_;

@@ -79,9 +79,13 @@ constexpr absl::string_view kRestartGroup = "Restarts and shutdown";
 constexpr absl::string_view kLogGroup = "Output and logs";
 constexpr absl::string_view kOtherGroup = "Other";
 
+// The token file when --rdzv-conf names none.
+constexpr absl::string_view kTokenFileEnv = "MUSTER_TOKEN_FILE";
+
 constexpr absl::string_view kRdzvConfKeys =
     "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
-    "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false)";
+    "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
+    "token_file (a path)";
 
 constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
     {Key::kNnodes, "--nnodes", "--nnodes", "PET_NNODES", "N|MIN:MAX", "1:1", kNodesGroup,
@@ -103,7 +107,8 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "none", kRdzvGroup,
      "seconds: join_timeout (600), last_call_timeout (30),\n"
      "close_timeout (30), heartbeat_timeout (30), read_timeout (60),\n"
-     "keep_alive_interval (5); keep_alive_max_attempt (3); is_host (1/0)"},
+     "keep_alive_interval (5); keep_alive_max_attempt (3); is_host (1/0);\n"
+     "token_file=PATH: the job's shared token (else MUSTER_TOKEN_FILE)"},
     {Key::kStandalone, "--standalone", "--standalone", "PET_STANDALONE", "", "off", kRdzvGroup,
      "one node; rendezvous on a free local port, random id"},
     {Key::kMasterAddr, "--master-addr", "--master-addr,--master_addr", "PET_MASTER_ADDR", "ADDR",
@@ -382,6 +387,8 @@ absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
                        fix);
       }
       conf.is_host = *is_host;
+    } else if (key == "token_file") {
+      conf.token_file = std::string(value);  // read (and checked) when the launch starts
     } else {
       return Invalid(given, absl::StrCat("unknown key ", Shown(key)), fix);
     }
@@ -834,6 +841,10 @@ absl::StatusOr<ParsedCommandLine> ParseOrThrow(const std::vector<std::string>& a
   if (!given.ok()) return given.status();
   absl::Status status = Apply(*given, parsed.config, parsed.warnings);
   if (!status.ok()) return status;
+  if (parsed.config.rdzv_conf.token_file.empty() && env) {
+    std::optional<std::string> token_file = env(std::string(kTokenFileEnv));
+    if (token_file) parsed.config.rdzv_conf.token_file = *token_file;
+  }
   return parsed;
 }
 

@@ -39,7 +39,8 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 // An option absent from the command line is read from env as PET_<NAME> (PET_NPROC_PER_NODE,
 // PET_STANDALONE=1 for a flag); a set-but-empty variable counts as unset. The shutdown grace comes
 // from --shutdown-timeout, else PET_SHUTDOWN_TIMEOUT, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else
-// 30 s. `env` may be empty (no environment).
+// 30 s. The token file comes from --rdzv-conf token_file=PATH, else MUSTER_TOKEN_FILE (only its
+// path: the file is read when the launch starts). `env` may be empty (no environment).
 //
 // --standalone sets backend kMuster, endpoint "localhost:0" and a random 16-hex-digit rdzv_id,
 // overriding (with a warning) any --rdzv-backend/--rdzv-endpoint/--rdzv-id given.

@@ -27,6 +27,7 @@
 #include "rendezvous/local_client.h"
 #include "rendezvous/service.h"
 #include "rendezvous/state.h"
+#include "rendezvous/token.h"
 
 namespace muster {
 namespace {
@@ -83,9 +84,20 @@ absl::Duration ClientKeepalive(const RdzvConf& conf) {
                   absl::FromChrono(conf.heartbeat_timeout) / 3);
 }
 
+// Said once, at the start, by an agent whose rendezvous others can reach.
+void WarnNoToken(const std::string& where) {
+  Logger("agent")->warn(
+      "no rendezvous token: anyone who can reach {} can join, watch or stop this job; give "
+      "every agent --rdzv-conf token_file=PATH (or MUSTER_TOKEN_FILE=PATH), a mode 600 file "
+      "with one line of secret (musterd: --token-file PATH)",
+      where);
+}
+
 // `one_node`: standalone or static, where nobody else needs to reach the
-// rendezvous. Errors are usage errors.
-absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_node, bool quiet) {
+// rendezvous (it listens on no port). `token`: the job's shared token, ""
+// for none. Errors are usage errors.
+absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_node, bool quiet,
+                                           const std::string& token) {
   Rendezvous out;
   if (one_node) {
     // The rendezvous only counts restarts; it gets no port. Its log would
@@ -105,21 +117,27 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
   if (!endpoint.ok()) return endpoint.status();
   const std::string dial_host = NumericLoopback(endpoint->host);
   const HostingFacts facts{endpoint->host, HostName(), config.local_addr, config.rdzv_conf.is_host};
+  const char* auth = token.empty() ? "none" : "token";
   if (ShouldHostRendezvous(facts, IsLocalAddress)) {
     // Every other node keeps a connection to this one open; the workers get
     // the limit back (ChildProcess::Spawn).
     if (std::optional<std::string> low = RaiseOpenFileLimit(4096, "nodes can connect")) {
       Logger("agent")->warn("{}", *low);
     }
+    rdzv::ServerOptions server_options;
+    server_options.token = token;  // the same as its agents': they call with it
     absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
-        rdzv::RendezvousServer::Start(BindHost(endpoint->host), endpoint->port);
+        rdzv::RendezvousServer::Start(BindHost(endpoint->host), endpoint->port, server_options);
     if (started.ok()) {
       out.server = *std::move(started);
       out.hub = out.server->hub();
       // The other nodes reach this one at the endpoint's host.
       out.client = rdzv::NewLocalClient(out.hub, dial_host);
-      Logger("agent")->info("hosting the rendezvous for job '{}' on port {}", config.rdzv_id,
-                            endpoint->port);
+      Logger("agent")->info("hosting the rendezvous for job '{}' on port {} (auth: {})",
+                            config.rdzv_id, endpoint->port, auth);
+      if (token.empty()) {
+        WarnNoToken(FormatEndpoint(BindHost(endpoint->host), endpoint->port));
+      }
       return out;
     }
     if (config.rdzv_conf.is_host.value_or(false)) {
@@ -128,8 +146,13 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
     }
     // Else another agent on this host bound it first: be its client.
   }
-  out.client = rdzv::RendezvousClient::Create(FormatEndpoint(dial_host, endpoint->port),
-                                              ClientKeepalive(config.rdzv_conf));
+  const std::string target = FormatEndpoint(dial_host, endpoint->port);
+  out.client = rdzv::RendezvousClient::Create(
+      target, rdzv::ClientOptions{.keepalive = ClientKeepalive(config.rdzv_conf),
+                                  .token = token,
+                                  .token_file = config.rdzv_conf.token_file});
+  Logger("agent")->info("rendezvous for job '{}' at {} (auth: {})", config.rdzv_id, target, auth);
+  if (token.empty()) WarnNoToken(target);
   return out;
 }
 
@@ -164,11 +187,22 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
                  "yourself to tune CPU threads\n");
   }
 
+  std::string token;
+  if (!config.rdzv_conf.token_file.empty()) {
+    absl::StatusOr<std::string> read = rdzv::ReadTokenFile(config.rdzv_conf.token_file);
+    if (!read.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rendezvous token (--rdzv-conf token_file / MUSTER_TOKEN_FILE): ",
+                       read.status().message()));
+    }
+    token = *std::move(read);
+  }
+
   // From here on other threads exist (gRPC's): block the signals the agent reads first.
   BlockAgentSignals();
   rdzv::RouteGrpcLogsToSpdlog();
   absl::StatusOr<Rendezvous> rendezvous =
-      SetUpRendezvous(config, config.standalone || static_backend, !log_level);
+      SetUpRendezvous(config, config.standalone || static_backend, !log_level, token);
   if (!rendezvous.ok()) return rendezvous.status();
 
   AgentOptions options;

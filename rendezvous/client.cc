@@ -9,12 +9,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/callback_ticker.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/token.h"
 
 namespace muster::rdzv {
 
@@ -42,7 +44,7 @@ namespace {
 
 class GrpcRendezvousClient final : public RendezvousClient {
  public:
-  GrpcRendezvousClient(std::string target, absl::Duration keepalive);
+  GrpcRendezvousClient(std::string target, const ClientOptions& options);
   ~GrpcRendezvousClient() override;
 
   const std::string& target() const override { return target_; }
@@ -66,6 +68,12 @@ class GrpcRendezvousClient final : public RendezvousClient {
 
   // A context with the deadline, registered so the destructor can cancel it.
   std::shared_ptr<grpc::ClientContext> NewCall(absl::Duration timeout, bool wait_for_ready);
+  // Puts the credential on a call. Insecure channels carry no
+  // CallCredentials: the metadata goes on each context.
+  void Authorize(grpc::ClientContext& context) const;
+  // The call's status, with a refusal of our credential told in words
+  // that say what to fix.
+  absl::Status FromCall(const grpc::Status& status) const;
   void EndCall(grpc::ClientContext* context);
   template <typename Request, typename Response, typename Result>
   void Unary(void (Rendezvous::Stub::async_interface::*method)(grpc::ClientContext*, const Request*,
@@ -79,6 +87,8 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // wait 100 ms for gRPC's callback threads (callback_ticker.h).
   const std::shared_ptr<CallbackTicker> ticker_ = CallbackTicker::Acquire();
   const std::string target_;
+  const std::string token_;
+  const std::string token_file_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Rendezvous::Stub> stub_;
 
@@ -104,6 +114,7 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
   // Keeps the stream alive until OnDone, however the client lets go of it.
   void Start(std::shared_ptr<WatchStream> self) {
     self_ = std::move(self);
+    client_->Authorize(context_);
     client_->stub_->async()->Watch(&context_, &request_, this);
     StartRead(&event_);
     StartCall();
@@ -118,7 +129,7 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
   }
 
   void OnDone(const grpc::Status& status) override {
-    on_end_(FromGrpcStatus(status));
+    on_end_(client_->FromCall(status));
     GrpcRendezvousClient* const client = client_;
     std::shared_ptr<WatchStream> self;
     {
@@ -146,11 +157,32 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
   std::function<void(absl::Status)> on_end_;
 };
 
-GrpcRendezvousClient::GrpcRendezvousClient(std::string target, absl::Duration keepalive)
-    : target_(std::move(target)) {
+GrpcRendezvousClient::GrpcRendezvousClient(std::string target, const ClientOptions& options)
+    : target_(std::move(target)), token_(options.token), token_file_(options.token_file) {
   channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(),
-                                       ClientChannelArguments(keepalive));
+                                       ClientChannelArguments(options.keepalive));
   stub_ = Rendezvous::NewStub(channel_);
+}
+
+void GrpcRendezvousClient::Authorize(grpc::ClientContext& context) const {
+  if (token_.empty()) return;
+  context.AddMetadata(std::string(kAuthorizationKey), absl::StrCat(kBearerPrefix, token_));
+}
+
+absl::Status GrpcRendezvousClient::FromCall(const grpc::Status& status) const {
+  if (status.error_code() != grpc::StatusCode::UNAUTHENTICATED) return FromGrpcStatus(status);
+  if (token_.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the rendezvous at ", target_,
+        " requires a token and this agent has none: give it the token file that musterd "
+        "--token-file (or the hosting agent) was given, with --rdzv-conf token_file=PATH or "
+        "MUSTER_TOKEN_FILE=PATH"));
+  }
+  const std::string file = token_file_.empty() ? "this agent's token file" : token_file_;
+  return absl::UnauthenticatedError(absl::StrCat(
+      "the rendezvous at ", target_, " refused our credential: the token in ", file,
+      " is not the one musterd --token-file (or the hosting agent's token_file) was given; give "
+      "every agent and the rendezvous the same token file"));
 }
 
 GrpcRendezvousClient::~GrpcRendezvousClient() {
@@ -178,6 +210,7 @@ std::shared_ptr<grpc::ClientContext> GrpcRendezvousClient::NewCall(absl::Duratio
   auto context = std::make_shared<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   context->set_wait_for_ready(wait_for_ready);
+  Authorize(*context);
   absl::MutexLock lock(&mu_);
   calls_.emplace(context.get(), context);
   ++pending_;
@@ -211,7 +244,7 @@ void GrpcRendezvousClient::Unary(
   (stub_->async()->*method)(context, &call->first, &call->second,
                             [this, context, call, convert = std::move(convert),
                              done = std::move(done)](grpc::Status status) {
-                              Result result = convert(FromGrpcStatus(status), call->second);
+                              Result result = convert(FromCall(status), call->second);
                               done(std::move(result));
                               EndCall(context);  // last: the destructor may be waiting for it
                             });
@@ -295,8 +328,8 @@ void GrpcRendezvousClient::Watch(const WatchRequest& request,
 }  // namespace
 
 std::unique_ptr<RendezvousClient> RendezvousClient::Create(const std::string& target,
-                                                           absl::Duration keepalive) {
-  return std::make_unique<GrpcRendezvousClient>(target, keepalive);
+                                                           const ClientOptions& options) {
+  return std::make_unique<GrpcRendezvousClient>(target, options);
 }
 
 absl::StatusOr<Assignment> RendezvousClient::JoinSync(const JoinRequest& request,

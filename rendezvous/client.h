@@ -14,6 +14,17 @@
 
 namespace muster::rdzv {
 
+// How a gRPC client reaches its server.
+struct ClientOptions {
+  // The client pings the server this often (see channel.h).
+  absl::Duration keepalive = absl::Seconds(10);
+  // The job's shared token (token.h), sent with every call as
+  // `authorization: Bearer <token>`. Empty: calls carry no credential.
+  std::string token;
+  // Where the token came from, for messages ("/home/me/.muster-token").
+  std::string token_file;
+};
+
 // How an agent reaches its job's rendezvous. Two implementations: gRPC to a
 // server elsewhere (Create), and in-process calls to a hub in this process
 // (local_client.h), used by the node that hosts the rendezvous.
@@ -21,10 +32,13 @@ class RendezvousClient {
  public:
   // A gRPC client of the server at `target`, "host:port" (IPv6 in brackets).
   // Connecting is lazy: a join waits for the server to come up until its
-  // deadline (agents often start before the host does). The client pings
-  // the server every `keepalive` (see channel.h).
+  // deadline (agents often start before the host does).
+  //
+  // A call the server refuses for its credential ends kUnauthenticated, with
+  // a message that says which token was wrong (or that none was given) and
+  // what to do: retrying cannot help.
   static std::unique_ptr<RendezvousClient> Create(const std::string& target,
-                                                  absl::Duration keepalive = absl::Seconds(10));
+                                                  const ClientOptions& options = {});
 
   // Implementations cancel what is in flight and return only when no
   // callback can run any more.

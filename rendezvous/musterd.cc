@@ -28,6 +28,7 @@
 #include "rendezvous/grpc_exit.h"
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/service.h"
+#include "rendezvous/token.h"
 
 namespace muster {
 namespace {
@@ -43,10 +44,12 @@ constexpr absl::Duration kShutdownGrace = absl::Milliseconds(500);
 constexpr const char* kFooter = R"(Exit status:
   0  stopped by SIGTERM or SIGINT; pending joins were told the server is going away
   1  cannot serve: the port is in use, or --listen is not an address of this host
-  2  usage error
+  2  usage error, or a --token-file that cannot be used (its mode, owner or contents)
 
 Agents connect with:
   muster --rdzv-backend c10d --rdzv-endpoint THIS_HOST:PORT --rdzv-id JOB --nnodes N ...
+With --token-file, every agent needs the same token: --rdzv-conf token_file=PATH (or
+MUSTER_TOKEN_FILE=PATH); calls without it are refused.
 Set MUSTER_LOG_LEVEL=debug for more detail (with GRPC_VERBOSITY=debug, gRPC's own log).)";
 
 int Error(int code, absl::string_view message) {
@@ -113,6 +116,7 @@ void UseTimestampedLogs() {
 int Main(int argc, char** argv) {
   std::string listen = "0.0.0.0";
   std::string port_text = std::to_string(kDefaultPort);
+  std::string token_file;
   CLI::App app(
       "musterd: the standalone rendezvous server for muster (and torchrun-style) jobs. It serves "
       "many jobs at once, one per --rdzv-id, and logs a line per round.",
@@ -126,6 +130,11 @@ int Main(int argc, char** argv) {
                  "TCP port to listen on; 0 picks a free one (printed at start)")
       ->type_name("PORT")
       ->capture_default_str();
+  app.add_option("--token-file", token_file,
+                 "a file (mode 600, yours) holding one line of secret: every call must carry "
+                 "it, agents give it with --rdzv-conf token_file=PATH; without it anyone who "
+                 "reaches the port can join, watch or stop any job")
+      ->type_name("PATH");
   app.set_version_flag("--version", std::string("musterd ") + MUSTER_VERSION);
   app.footer(kFooter);
   try {
@@ -162,6 +171,14 @@ int Main(int argc, char** argv) {
     listen = bracketed->host;
   }
 
+  rdzv::ServerOptions options;
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = rdzv::ReadTokenFile(token_file);
+    if (!token.ok())
+      return Error(kExitUsage, absl::StrCat("--token-file: ", token.status().message()));
+    options.token = *std::move(token);
+  }
+
   if (const char* level = std::getenv("MUSTER_LOG_LEVEL")) {
     SetLogLevel(spdlog::level::from_str(level));
   }
@@ -184,11 +201,19 @@ int Main(int argc, char** argv) {
   }
 
   absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> server =
-      rdzv::RendezvousServer::Start(listen, port);
+      rdzv::RendezvousServer::Start(listen, port, options);
   if (!server.ok()) return Error(kExitCannotServe, WhyCannotListen(listen, port));
   std::printf("musterd: serving rendezvous on %s\n",
               FormatEndpoint(listen, (*server)->port()).c_str());
   std::fflush(stdout);
+  if (options.token.empty()) {
+    Logger("musterd")->warn(
+        "auth: none: anyone who can reach this port can join, watch or stop any job; give "
+        "--token-file PATH (a mode 600 file with one line of secret) and the agents "
+        "--rdzv-conf token_file=PATH");
+  } else {
+    Logger("musterd")->info("auth: token from {}: calls without it are refused", token_file);
+  }
 
   int signal_number = 0;
   if (int rc = sigwait(&stop_signals, &signal_number); rc != 0) {

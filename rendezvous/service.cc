@@ -8,16 +8,20 @@
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
+#include <iterator>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "common/endpoint.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_handle.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/token.h"
 
 namespace muster::rdzv {
 
@@ -28,6 +32,72 @@ std::string PeerHost(const std::string& raw_peer) {
   std::string rest = peer.substr(colon + 1);  // drop "ipv4:" / "ipv6:"
   absl::StatusOr<Endpoint> endpoint = ParseEndpoint(rest, 0);
   return endpoint.ok() ? endpoint->host : rest;  // not host:port ("unix:/path"): as it is
+}
+
+// Refused calls, logged with the caller's address at most kLinesPerSecond
+// lines a second: someone hammering the port fills no disk. The calls left
+// out are counted on the next line logged.
+class RendezvousService::RefusalLog {
+ public:
+  void Refused(const char* method, const std::string& peer, const char* why) {
+    const absl::Time now = absl::Now();
+    int64_t skipped = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (now - window_start_ >= absl::Seconds(1)) {
+        window_start_ = now;
+        lines_ = 0;
+      }
+      if (lines_ >= kLinesPerSecond) {
+        ++skipped_;
+        return;
+      }
+      ++lines_;
+      skipped = std::exchange(skipped_, 0);
+    }
+    Logger("rdzv")->warn("refused a {} call from {}: {}{}", method, peer, why,
+                         skipped == 0
+                             ? std::string()
+                             : absl::StrCat(" (and ", skipped, " more refused calls not logged)"));
+  }
+
+ private:
+  static constexpr int kLinesPerSecond = 5;
+  absl::Mutex mu_;
+  absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int lines_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t skipped_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The answer to a watch that carried no valid token: finished at once.
+class RendezvousService::RefusedWatch final : public grpc::ServerWriteReactor<WatchEvent> {
+ public:
+  RefusedWatch() { Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kRefusedMessage)); }
+  void OnDone() override { delete this; }
+};
+
+RendezvousService::RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token)
+    : hub_(std::move(hub)), token_(std::move(token)), refusals_(std::make_unique<RefusalLog>()) {}
+
+RendezvousService::~RendezvousService() = default;
+
+bool RendezvousService::Authenticated(grpc::CallbackServerContext* context, const char* method) {
+  if (token_.empty()) return true;
+  const auto& metadata = context->client_metadata();
+  const auto [first, last] =
+      metadata.equal_range(grpc::string_ref(kAuthorizationKey.data(), kAuthorizationKey.size()));
+  const char* why = nullptr;
+  if (first == last) {
+    why = "no authorization metadata";
+  } else if (std::next(first) != last) {
+    why = "more than one authorization value";
+  } else {
+    const absl::string_view value(first->second.data(), first->second.size());
+    if (BearerMatches(value, token_)) return true;
+    why = absl::StartsWith(value, kBearerPrefix) ? "wrong token" : "not a Bearer credential";
+  }
+  refusals_->Refused(method, context->peer(), why);
+  return false;
 }
 
 // A join waiting for its round. The hub runs its callback exactly once,
@@ -211,11 +281,16 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context) {
+  return FinishNow(context, absl::UnauthenticatedError(kRefusedMessage));
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* context,
                                                   const JoinRequest* request,
                                                   JoinResponse* response) {
+  if (!Authenticated(context, "Join")) return Refuse(context);
   const uint64_t ticket = hub_->NewTicket();
   auto* reactor =
       new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket, response);
@@ -227,6 +302,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
 
 grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackServerContext* context,
                                                                const WatchRequest* request) {
+  if (!Authenticated(context, "Watch")) return new RefusedWatch();
   const uint64_t ticket = hub_->NewTicket();
   std::shared_ptr<WatchReactor> reactor =
       WatchReactor::Create(hub_, {request->job_id(), request->node_id()}, ticket);
@@ -240,6 +316,7 @@ grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackSer
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* context,
                                                        const HeartbeatRequest* request,
                                                        HeartbeatResponse* response) {
+  if (!Authenticated(context, "Heartbeat")) return Refuse(context);
   absl::StatusOr<int64_t> round = hub_->Heartbeat({request->job_id(), request->node_id()});
   if (round.ok()) response->set_round(*round);
   return FinishNow(context, round.status());
@@ -248,24 +325,28 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* context,
                                                            const ReportFailureRequest* request,
                                                            ReportFailureResponse* response) {
+  if (!Authenticated(context, "ReportFailure")) return Refuse(context);
   return FinishNow(context, hub_->ReportFailure(*request));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportDone(grpc::CallbackServerContext* context,
                                                         const ReportDoneRequest* request,
                                                         ReportDoneResponse* response) {
+  if (!Authenticated(context, "ReportDone")) return Refuse(context);
   return FinishNow(context, hub_->ReportDone(*request));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* context,
                                                    const LeaveRequest* request,
                                                    LeaveResponse* response) {
+  if (!Authenticated(context, "Leave")) return Refuse(context);
   return FinishNow(context, hub_->Leave(*request));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* context,
                                                     const StatusRequest* request,
                                                     StatusResponse* response) {
+  if (!Authenticated(context, "Status")) return Refuse(context);
   absl::StatusOr<StatusResponse> status = hub_->Status(request->job_id());
   if (status.ok()) *response = *std::move(status);
   return FinishNow(context, status.status());
@@ -276,7 +357,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->ticker_ = CallbackTicker::Acquire();
   server->hub_ = std::make_shared<RendezvousHub>(options.hub);
-  server->service_ = std::make_unique<RendezvousService>(server->hub_);
+  server->service_ = std::make_unique<RendezvousService>(server->hub_, options.token);
   grpc::ServerBuilder builder;
   // Without this, gRPC sets SO_REUSEPORT and a second server on the same port
   // would silently share it instead of failing.

@@ -17,9 +17,15 @@
 namespace muster::rdzv {
 
 // Translates gRPC calls to a RendezvousHub. Holds no state of its own.
+//
+// With a `token`, every call must carry `authorization: Bearer <token>`
+// metadata (token.h); any other call, whatever it asks, is answered
+// UNAUTHENTICATED with kRefusedMessage before its request is read. An empty
+// token lets every call in (as before tokens existed).
 class RendezvousService final : public Rendezvous::CallbackService {
  public:
-  explicit RendezvousService(std::shared_ptr<RendezvousHub> hub) : hub_(std::move(hub)) {}
+  explicit RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token = "");
+  ~RendezvousService() override;
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const JoinRequest* request,
                                  JoinResponse* response) override;
@@ -42,8 +48,21 @@ class RendezvousService final : public Rendezvous::CallbackService {
  private:
   class JoinReactor;
   class WatchReactor;
+  class RefusedWatch;
+  class RefusalLog;
+  // Whether the call carries the token (always, with none configured);
+  // logs a refusal.
+  bool Authenticated(grpc::CallbackServerContext* context, const char* method);
+
   const std::shared_ptr<RendezvousHub> hub_;
+  const std::string token_;
+  const std::unique_ptr<RefusalLog> refusals_;
 };
+
+// What every refused call is told, whatever it carried and asked: it says
+// nothing of any job, not even whether one exists.
+inline constexpr char kRefusedMessage[] =
+    "this rendezvous needs a valid token (authorization: Bearer metadata)";
 
 // How the server keeps time and watches its connections.
 struct ServerOptions {
@@ -60,6 +79,10 @@ struct ServerOptions {
   // agent dies closes its connections at once. Zero: no keepalive.
   absl::Duration keepalive_interval = absl::Seconds(1);
   int keepalive_probes = 3;
+
+  // The job's shared token (token.h): every call must carry it. Empty: no
+  // authentication, anyone who reaches the port may call.
+  std::string token;
 };
 
 // A gRPC server hosting one RendezvousService.

@@ -236,6 +236,46 @@ TEST_F(ElasticStateTest, ARefusedJoinExitsNamingTheReason) {
   EXPECT_EQ(Find<action::Exit>(actions).why, "rendezvous at rdzv:29400 failed: job 'x' is closed");
 }
 
+// The client words a refused credential (rendezvous/client.h); it is final.
+const absl::Status kRefused = absl::UnauthenticatedError(
+    "the rendezvous at rdzv:29400 refused our credential: the token in /t is not the one");
+
+TEST_F(ElasticStateTest, AJoinRefusedForItsCredentialExitsAtOnceWithTheClientsMessage) {
+  ToJoining();
+  Actions actions = state_.OnRdzv(rdzv_event::Joined{kRefused}, At(1));
+  ASSERT_THAT(Names(actions), ElementsAre("Exit 1"));
+  EXPECT_EQ(Find<action::Exit>(actions).why, kRefused.message());
+  EXPECT_TRUE(state_.done());
+}
+
+TEST_F(ElasticStateTest, AStatusRefusedForItsCredentialWhileJoiningExitsAtOnce) {
+  ToJoining();
+  Actions actions = state_.OnRdzv(rdzv_event::JobStatusAnswered{kRefused}, At(2'000));
+  ASSERT_THAT(Names(actions), ElementsAre("Exit 1"));
+  EXPECT_EQ(Find<action::Exit>(actions).why, kRefused.message());
+}
+
+TEST_F(ElasticStateTest, ARefusedHeartbeatIsNotRetriedButStopsTheWorkersAndExits) {
+  ToRunning(1);
+  Actions refused = state_.OnRdzv(Beat(kRefused), At(100));
+  EXPECT_THAT(Names(refused), ElementsAre("Signal TERM")) << "one refusal is enough";
+  EXPECT_THAT(Logs(refused), ElementsAre(HasSubstr("ERROR the rendezvous at rdzv:29400 refused")));
+  EXPECT_EQ(state_.NextDeadline(), At(100 + kGraceMs)) << "no more heartbeats, only the kill timer";
+  Actions exit = state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
+  ASSERT_THAT(Names(exit), ElementsAre("Exit 1"));
+  EXPECT_EQ(Find<action::Exit>(exit).why, kRefused.message());
+}
+
+TEST_F(ElasticStateTest, ARefusedWatchIsNotReopenedButStopsTheWorkersAndExits) {
+  ToRunning(1);
+  Actions refused = state_.OnRdzv(rdzv_event::WatchEnded{1, kRefused}, At(100));
+  EXPECT_THAT(Names(refused), ElementsAre("Signal TERM"));
+  EXPECT_EQ(state_.NextDeadline(), At(100 + kGraceMs)) << "no watch retry, no heartbeat";
+  Actions exit = state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
+  ASSERT_THAT(Names(exit), ElementsAre("Exit 1"));
+  EXPECT_EQ(Find<action::Exit>(exit).why, kRefused.message());
+}
+
 TEST_F(ElasticStateTest, WhileJoiningTheProgressLineComesEveryFiveSeconds) {
   ToJoining();
   EXPECT_THAT(Names(state_.OnTimer(At(1'999))), IsEmpty());

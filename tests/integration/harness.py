@@ -14,6 +14,9 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MUSTER = os.environ.get("MUSTER", os.path.join(ROOT, "build", "launcher", "muster"))
+MUSTERD = os.environ.get("MUSTERD", os.path.join(ROOT, "build", "rendezvous", "musterd"))
+# An outsider's rendezvous client (tests/tools/rdzv_call.cc).
+RDZV_CALL = os.environ.get("RDZV_CALL", os.path.join(ROOT, "build", "tests", "tools", "rdzv-call"))
 TORCHRUN = os.path.join(HERE, "torchrun.py")
 PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one with python3-torch
 WORKERS = os.path.join(HERE, "workers")
@@ -51,6 +54,7 @@ def env(**extra):
     e.pop("OMP_NUM_THREADS", None)
     for key in [k for k in e if k.startswith("PET_")]:
         del e[key]
+    e.pop("MUSTER_TOKEN_FILE", None)  # a test that wants a token says so
     e.update({k: str(v) for k, v in extra.items()})
     return e
 

@@ -436,6 +436,20 @@ TEST(ParseCommandLineTest, RdzvConfValues) {
   EXPECT_EQ(Config({"--rdzv-conf=", "t.py"}).rdzv_conf.join_timeout, milliseconds(600'000));
 }
 
+TEST(ParseCommandLineTest, TokenFileFromRdzvConfWinsOverMusterTokenFile) {
+  EXPECT_EQ(Config({"t.py"}).rdzv_conf.token_file, "");
+  EXPECT_EQ(Config({"--rdzv-conf", "token_file=/a/tok", "t.py"}).rdzv_conf.token_file, "/a/tok");
+  EXPECT_EQ(Config({"t.py"}, {{"MUSTER_TOKEN_FILE", "/e/tok"}}).rdzv_conf.token_file, "/e/tok");
+  EXPECT_EQ(Config({"--rdzv-conf", "token_file=/a/tok", "t.py"}, {{"MUSTER_TOKEN_FILE", "/e/tok"}})
+                .rdzv_conf.token_file,
+            "/a/tok");
+  EXPECT_EQ(Config({"t.py"}, {{"PET_RDZV_CONF", "token_file=/p/tok"}}).rdzv_conf.token_file,
+            "/p/tok");
+  EXPECT_EQ(Config({"t.py"}, {{"MUSTER_TOKEN_FILE", ""}}).rdzv_conf.token_file, "")
+      << "set but empty is unset";
+  EXPECT_THAT(Error({"--rdzv-conf", "token_file=", "t.py"}), HasSubstr("has no value"));
+}
+
 TEST(ParseCommandLineTest, RdzvConfErrorsNameTheKeyAndListTheKeys) {
   struct Case {
     std::string conf;

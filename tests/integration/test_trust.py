@@ -1,0 +1,235 @@
+"""Issue 11, the shared token: a rendezvous with a token answers no call
+without it. Real musterd and muster agents on loopback, and an outsider with
+rdzv-call (tests/tools/rdzv_call.cc) who knows the job's id, its config and
+its nodes' ids, but not the token."""
+import glob
+import json
+import os
+import re
+import time
+import unittest
+
+from harness import MUSTER, MUSTERD, RDZV_CALL, read_env, reserve_port, run, wait_for
+from test_musterd import MusterdTest
+
+JOB = "guarded"
+NODE_ID = re.compile(r"joining job '[^']*' at \S+ as node (\S+)")
+NO_TOKEN_WARNING = "no rendezvous token: anyone who can reach"
+
+
+class TrustTest(MusterdTest):
+    def token_file(self, name="token", token="0123456789abcdef0123456789abcdef", mode=0o600):
+        path = self.path(name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        os.chmod(path, mode)
+        return path
+
+    def agent(self, name, endpoint, outdir, *conf, nnodes="2", job=JOB, **extra_env):
+        """An agent whose workers record their environment, then wait for outdir/go."""
+        os.makedirs(outdir, exist_ok=True)
+        script = (f"env > {outdir}/env.$RANK.$TORCHELASTIC_RESTART_COUNT; i=0; "
+                  f"while [ ! -e {outdir}/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); "
+                  f"done; [ -e {outdir}/go ]")
+        return self.spawn(name, [
+            MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", job,
+            "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-conf", ",".join(conf),
+            "--no-python", "sh", "-c", script], **extra_env)
+
+    def call(self, port, method, request, *credential, timeout=3):
+        """rdzv-call's (status name, message, JSON lines printed before it)."""
+        result = run([RDZV_CALL, "--target", f"127.0.0.1:{port}", "--timeout", str(timeout),
+                      *credential, method, json.dumps(request)], timeout=timeout + 20)
+        lines = result.stdout.splitlines()
+        self.assertTrue(lines, f"rdzv-call printed nothing: {result.stderr}")
+        code, _, message = lines[-1].partition("\t")
+        self.assertEqual(result.returncode, 0 if code == "OK" else 1, result.stdout + result.stderr)
+        return code, message, [json.loads(line) for line in lines[:-1]]
+
+    def records(self, outdir):
+        """{(rank, restart): environment} of every worker start so far."""
+        out = {}
+        for path in glob.glob(f"{outdir}/env.*.*"):
+            _, rank, restart = os.path.basename(path).split(".")
+            out[(int(rank), int(restart))] = read_env(path)
+        return out
+
+
+class TokenAuth(TrustTest):
+    """musterd --token-file and agents with the token: the job runs; an outsider without
+    the token can neither read, join, stall nor stop it."""
+
+    def test_outsider_without_the_token_cannot_touch_a_running_job(self):
+        token = self.token_file()
+        _, port = self.start_musterd("--token-file", token)
+        self.assertIn(f"auth: token from {token}", self.read("musterd.err"))
+        outdir = self.path("out")
+        agents = [self.agent(f"n{n}", f"127.0.0.1:{port}", outdir, "is_host=0",
+                             f"token_file={token}", MUSTER_LOG_LEVEL="debug") for n in range(2)]
+        self.assertTrue(wait_for(lambda: len(self.records(outdir)) == 2, 30),
+                        self.read("n0.err") + self.read("n1.err"))
+        before = self.records(outdir)
+        node_ids = [NODE_ID.search(self.read(f"n{n}.err")).group(1) for n in range(2)]
+        for n in range(2):
+            self.assertIn("(auth: token)", self.read(f"n{n}.err"))
+            self.assertNotIn(NO_TOKEN_WARNING, self.read(f"n{n}.err"))
+
+        # With the token, the outsider's tool works: the attacks below can fail.
+        code, message, answers = self.call(port, "Status", {"jobId": JOB}, "--token-file", token)
+        self.assertEqual(code, "OK", message)
+        self.assertEqual(answers[0]["state"], "running")
+        self.assertEqual(answers[0]["participants"], 2)
+
+        wrong = self.token_file("wrong", "ffffffffffffffffffffffffffffffff")
+        victim = node_ids[0]
+        config = {"minNodes": 2, "maxNodes": 2, "maxRestarts": 0, "lastCallTimeoutMs": "30000",
+                  "joinTimeoutMs": "600000", "heartbeatTimeoutMs": "30000"}
+        attacks = [
+            ("Status", {"jobId": JOB}),
+            ("Status", {"jobId": "no-such-job"}),
+            ("Watch", {"jobId": JOB, "nodeId": victim}),
+            ("Join", {"jobId": JOB, "config": config,
+                      "node": {"nodeId": "evil", "host": "evil", "localWorldSize": 1,
+                               "nodeRankHint": 0, "masterPortCandidate": 1}}),
+            ("Heartbeat", {"jobId": JOB, "nodeId": victim}),
+            ("ReportFailure", {"jobId": JOB, "nodeId": victim, "round": "0",
+                               "failure": {"rank": 0, "host": "evil", "exitCode": 1}}),
+            ("ReportDone", {"jobId": JOB, "nodeId": victim, "round": "0"}),
+            ("Leave", {"jobId": JOB, "nodeId": victim, "reason": "evil"}),
+        ]
+        messages = set()
+        attacked = time.monotonic()
+        for credential in ([], ["--token-file", wrong], ["--token", "guessed-0123456789"],
+                           ["--authorization", open(token).read().strip()]):
+            for method, request in attacks:
+                with self.subTest(method=method, credential=credential):
+                    code, message, answers = self.call(port, method, request, *credential)
+                    self.assertEqual(code, "UNAUTHENTICATED", message)
+                    self.assertEqual(answers, [], "a refused call answered something")
+                    self.assertNotIn(JOB, message)
+                    messages.add(message)
+        self.assertEqual(len(messages), 1, messages)
+        # Each refusal logged with the caller's address, a few lines a second at most.
+        log = self.read("musterd.err")
+        self.assertIn("refused a Status call from ipv4:127.0.0.1:", log)
+        refusals = log.count("refused a ")
+        self.assertLessEqual(refusals, 5 * (int(time.monotonic() - attacked) + 2), log)
+        self.assertLess(refusals, len(attacks) * 4, "every refusal was logged: " + log)
+
+        open(os.path.join(outdir, "go"), "w").close()
+        for n, agent in enumerate(agents):
+            code, err = self.finish(agent, f"n{n}")
+            self.assertEqual(code, 0, err)
+            self.assertNotIn("round 1", err)
+        after = self.records(outdir)
+        self.assertEqual(sorted(after), [(0, 0), (1, 0)], "a worker was restarted")
+        for key, worker in after.items():
+            self.assertEqual(worker["TORCHELASTIC_RESTART_COUNT"], "0")
+            self.assertEqual(worker["WORLD_SIZE"], "2")
+            for var in ("RANK", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"):
+                self.assertEqual(worker[var], before[key][var], var)
+        self.assertNotIn("evil", self.read("musterd.err"))
+
+    def test_hosting_agent_serves_with_the_token(self):
+        token = self.token_file()
+        port = reserve_port()
+        outdir = self.path("out")
+        host = self.agent("host", f"127.0.0.1:{port}", outdir, "is_host=1", f"token_file={token}")
+        other = self.agent("other", f"127.0.0.1:{port}", outdir, "is_host=0",
+                           MUSTER_TOKEN_FILE=token)
+        self.assertTrue(wait_for(lambda: len(self.records(outdir)) == 2, 30),
+                        self.read("host.err") + self.read("other.err"))
+        self.assertIn(f"on port {port} (auth: token)", self.read("host.err"))
+        code, message, _ = self.call(port, "Status", {"jobId": JOB})
+        self.assertEqual(code, "UNAUTHENTICATED", message)
+        code, message, _ = self.call(port, "Status", {"jobId": JOB}, "--token-file", token)
+        self.assertEqual(code, "OK", message)
+        open(os.path.join(outdir, "go"), "w").close()
+        for name, agent in [("host", host), ("other", other)]:
+            code, err = self.finish(agent, name)
+            self.assertEqual(code, 0, err)
+            self.assertNotIn(NO_TOKEN_WARNING, err)
+
+    def test_agent_with_a_wrong_token_or_none_exits_at_once(self):
+        token = self.token_file()
+        wrong = self.token_file("wrong", "ffffffffffffffffffffffffffffffff")
+        _, port = self.start_musterd("--token-file", token)
+        for name, conf, says in [
+                ("wrong", [f"token_file={wrong}"],
+                 f"the rendezvous at 127.0.0.1:{port} refused our credential: the token in "
+                 f"{wrong} is not the one musterd --token-file"),
+                ("none", [], f"the rendezvous at 127.0.0.1:{port} requires a token and this "
+                             "agent has none")]:
+            with self.subTest(name):
+                started = time.monotonic()
+                agent = self.agent(name, f"127.0.0.1:{port}", self.path(f"out-{name}"), "is_host=0",
+                                   "join_timeout=60", *conf)
+                code, err = self.finish(agent, name, timeout=30)
+                self.assertNotEqual(code, 0, err)
+                self.assertLess(time.monotonic() - started, 10, "the agent retried: " + err)
+                self.assertIn(says, err)
+                self.assertEqual(glob.glob(self.path(f"out-{name}/env.*")), [])
+
+
+class TokenFiles(TrustTest):
+    """A token file others can read is refused, by agents and by musterd, with the fix."""
+
+    def test_agent_refuses_a_token_file_of_mode_0644(self):
+        token = self.token_file(mode=0o644)
+        port = reserve_port()
+        for how, extra, env in [("rdzv-conf", ["--rdzv-conf", f"is_host=0,token_file={token}"],
+                                 {}),
+                                ("env", ["--rdzv-conf", "is_host=0"], {"MUSTER_TOKEN_FILE": token})]:
+            with self.subTest(how):
+                result = run([MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                              f"127.0.0.1:{port}", "--rdzv-id", JOB, *extra, "--no-python",
+                              "true"], timeout=30, **env)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn(f"token file {token} has mode 0644", result.stderr)
+                self.assertIn(f"chmod 600 {token}", result.stderr)
+
+    def test_musterd_refuses_a_token_file_of_mode_0644_or_one_too_short(self):
+        loose = self.token_file("loose", mode=0o644)
+        result = run([MUSTERD, "--port", "0", "--token-file", loose], timeout=20)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertRegex(result.stderr, r"^musterd: error: --token-file: .+\n$")
+        self.assertIn(f"token file {loose} has mode 0644", result.stderr)
+        self.assertIn(f"chmod 600 {loose}", result.stderr)
+        short = self.token_file("short", "tiny")
+        result = run([MUSTERD, "--port", "0", "--token-file", short], timeout=20)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("under the 16", result.stderr)
+        result = run([MUSTERD, "--port", "0", "--token-file", self.path("absent")],
+                     timeout=20)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("does not exist", result.stderr)
+
+
+class NoToken(TrustTest):
+    """No token anywhere: the job runs as before, and each agent warns once."""
+
+    def test_job_runs_and_each_agent_warns_once(self):
+        _, port = self.start_musterd()
+        self.assertIn("auth: none", self.read("musterd.err"))
+        outdir = self.path("out")
+        agents = [self.agent(f"n{n}", f"127.0.0.1:{port}", outdir, "is_host=0")
+                  for n in range(2)]
+        self.assertTrue(wait_for(lambda: len(self.records(outdir)) == 2, 30),
+                        self.read("n0.err") + self.read("n1.err"))
+        open(os.path.join(outdir, "go"), "w").close()
+        for n, agent in enumerate(agents):
+            code, err = self.finish(agent, f"n{n}")
+            self.assertEqual(code, 0, err)
+            self.assertEqual(err.count(NO_TOKEN_WARNING), 1, err)
+            self.assertIn("(auth: none)", err)
+            self.assertIn("--rdzv-conf token_file=PATH", err)
+
+    def test_standalone_listens_nowhere_and_does_not_warn(self):
+        result = run([MUSTER, "--standalone", "--no-python", "true"], timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn(NO_TOKEN_WARNING, result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,170 @@
+// rdzv-call: one rendezvous call, made the way an outsider would: the
+// generated stub of proto/rendezvous.proto, the request as JSON, whatever
+// credential (or none) the caller gives. The integration tests play the
+// attacker with it.
+//
+//   rdzv-call --target HOST:PORT [--token-file F | --token T | --authorization V]
+//             [--timeout S] METHOD 'JSON request'
+//
+// Prints each response (for Watch, each event) as one JSON line, then a last
+// line "CODE_NAME<TAB>message" (OK, UNAUTHENTICATED, ...). Exit status 0 iff
+// the call ended OK; 2 for a usage error.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/token.h"
+
+namespace muster::rdzv {
+namespace {
+
+constexpr int kExitUsage = 2;
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "UNKNOWN";
+  }
+}
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "rdzv-call: error: %s\n", message.c_str());
+  return kExitUsage;
+}
+
+void PrintJson(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) json = "{}";
+  std::printf("%s\n", json.c_str());
+  std::fflush(stdout);
+}
+
+int Finish(const grpc::Status& status) {
+  std::printf("%s\t%s\n", CodeName(status.error_code()), status.error_message().c_str());
+  return status.ok() ? 0 : 1;
+}
+
+// A unary call: parses the request, calls, prints.
+template <typename Request, typename Response, typename Call>
+int Unary(const std::string& json, grpc::ClientContext* context, Call call) {
+  Request request;
+  if (auto parsed = google::protobuf::util::JsonStringToMessage(json, &request); !parsed.ok()) {
+    return Usage(absl::StrCat("the request is not a ", Request::descriptor()->full_name(), ": ",
+                              parsed.ToString()));
+  }
+  Response response;
+  grpc::Status status = call(context, request, &response);
+  if (status.ok()) PrintJson(response);
+  return Finish(status);
+}
+
+int Main(int argc, char** argv) {
+  std::string target, token_file, token, authorization, method, json = "{}";
+  double timeout_s = 10;
+  CLI::App app("rdzv-call: one rendezvous call, with any credential or none", "rdzv-call");
+  app.add_option("--target", target, "HOST:PORT of the rendezvous")->required();
+  auto* file_opt = app.add_option("--token-file", token_file, "send the token in this file");
+  auto* token_opt = app.add_option("--token", token, "send this token");
+  auto* raw_opt = app.add_option("--authorization", authorization,
+                                 "send this authorization value as it is (no Bearer added)");
+  file_opt->excludes(token_opt)->excludes(raw_opt);
+  token_opt->excludes(raw_opt);
+  app.add_option("--timeout", timeout_s, "deadline of the call in seconds (a watch ends then)");
+  app.add_option("method", method,
+                 "Join, Watch, Heartbeat, ReportFailure, ReportDone, Leave or Status")
+      ->required();
+  app.add_option("request", json, "the request as JSON (proto3 JSON mapping)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& error) {
+    return Usage(error.what());
+  }
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> read = ReadTokenFile(token_file);
+    if (!read.ok()) return Usage(std::string(read.status().message()));
+    token = *read;
+  }
+
+  auto stub = Rendezvous::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(timeout_s)));
+  if (!token.empty()) {
+    context.AddMetadata(std::string(kAuthorizationKey), absl::StrCat(kBearerPrefix, token));
+  } else if (raw_opt->count() > 0) {
+    context.AddMetadata(std::string(kAuthorizationKey), authorization);
+  }
+
+  Rendezvous::Stub* s = stub.get();
+  if (method == "Join") {
+    return Unary<JoinRequest, JoinResponse>(
+        json, &context, [s](auto* c, auto& r, auto* out) { return s->Join(c, r, out); });
+  }
+  if (method == "Heartbeat") {
+    return Unary<HeartbeatRequest, HeartbeatResponse>(
+        json, &context, [s](auto* c, auto& r, auto* out) { return s->Heartbeat(c, r, out); });
+  }
+  if (method == "ReportFailure") {
+    return Unary<ReportFailureRequest, ReportFailureResponse>(
+        json, &context, [s](auto* c, auto& r, auto* out) { return s->ReportFailure(c, r, out); });
+  }
+  if (method == "ReportDone") {
+    return Unary<ReportDoneRequest, ReportDoneResponse>(
+        json, &context, [s](auto* c, auto& r, auto* out) { return s->ReportDone(c, r, out); });
+  }
+  if (method == "Leave") {
+    return Unary<LeaveRequest, LeaveResponse>(
+        json, &context, [s](auto* c, auto& r, auto* out) { return s->Leave(c, r, out); });
+  }
+  if (method == "Status") {
+    return Unary<StatusRequest, StatusResponse>(
+        json, &context, [s](auto* c, auto& r, auto* out) { return s->Status(c, r, out); });
+  }
+  if (method == "Watch") {
+    WatchRequest request;
+    if (auto parsed = google::protobuf::util::JsonStringToMessage(json, &request); !parsed.ok()) {
+      return Usage(
+          absl::StrCat("the request is not a muster.rdzv.WatchRequest: ", parsed.ToString()));
+    }
+    std::unique_ptr<grpc::ClientReader<WatchEvent>> reader = s->Watch(&context, request);
+    WatchEvent event;
+    while (reader->Read(&event)) PrintJson(event);
+    return Finish(reader->Finish());
+  }
+  return Usage(absl::StrCat("unknown method '", method,
+                            "'; give Join, Watch, Heartbeat, ReportFailure, ReportDone, Leave or "
+                            "Status"));
+}
+
+}  // namespace
+}  // namespace muster::rdzv
+
+int main(int argc, char** argv) { return muster::rdzv::Main(argc, argv); }
