@@ -23,6 +23,12 @@
 namespace muster::rdzv {
 namespace {
 
+ClientOptions WithToken(std::string token) {
+  ClientOptions options;
+  options.token = std::move(token);
+  return options;
+}
+
 using ::testing::HasSubstr;
 
 constexpr char kToken[] = "s3cret-token-0123456789abcdef";
@@ -159,8 +165,7 @@ class AuthTest : public ::testing::Test {
   }
 
   absl::StatusOr<StatusResponse> StatusWithToken(const std::string& job) {
-    std::unique_ptr<RendezvousClient> client =
-        RendezvousClient::Create(target_, ClientOptions{.token = kToken});
+    std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(target_, WithToken(kToken));
     StatusRequest request;
     request.set_job_id(job);
     return client->StatusSync(request, kRpc);
@@ -221,8 +226,7 @@ TEST_F(AuthTest, EveryCallWithTheTokenIsAnswered) {
 }
 
 TEST_F(AuthTest, AgentClientWithTheTokenRunsAJob) {
-  std::unique_ptr<RendezvousClient> client =
-      RendezvousClient::Create(target_, ClientOptions{.token = kToken});
+  std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(target_, WithToken(kToken));
   absl::StatusOr<Assignment> joined = client->JoinSync(MakeJoin("solo", "a"), kRpc);
   ASSERT_TRUE(joined.ok()) << joined.status();
   HeartbeatRequest beat;
@@ -279,7 +283,7 @@ TEST(NoTokenTest, ServerWithoutATokenAnswersEveryone) {
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string target = "127.0.0.1:" + std::to_string((*server)->port());
   for (const ClientOptions& client_options :
-       {ClientOptions{}, ClientOptions{.token = "some-token-0123456789"}}) {
+       {ClientOptions{}, WithToken("some-token-0123456789")}) {
     std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(target, client_options);
     StatusRequest request;
     request.set_job_id("nothing-here");

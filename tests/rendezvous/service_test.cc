@@ -556,8 +556,11 @@ std::pair<uint32_t, uint32_t> IdleTraffic(const ServerOptions& options, absl::Du
       RendezvousServer::Start("127.0.0.1", 0, options);
   EXPECT_TRUE(server.ok()) << server.status();
   if (!server.ok()) return {0, 0};
-  auto client = RendezvousClient::Create("127.0.0.1:" + std::to_string((*server)->port()),
-                                         ClientOptions{.keepalive = keepalive});
+  auto client = RendezvousClient::Create("127.0.0.1:" + std::to_string((*server)->port()), [&] {
+    ClientOptions client_options;
+    client_options.keepalive = keepalive;
+    return client_options;
+  }());
   JoinRequest join = MakeJoin("idle", "a", 1, 1);
   EXPECT_TRUE(client->JoinSync(join, kRpc).ok());
   WatchLog watch;

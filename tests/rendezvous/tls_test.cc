@@ -31,14 +31,15 @@ bool Shell(const std::string& dir, const std::string& command) {
 // ca.pem signs server.pem (subjectAltName IP 127.0.0.1) and client.pem;
 // other-ca.pem signs nothing of theirs.
 bool MakeCertificates(const std::string& dir) {
-  const std::string ca = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
-                         "-days 1 -subj /CN=";
+  const std::string ca =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+      "-days 1 -subj /CN=";
   auto leaf = [](const std::string& name, const std::string& extension) {
     return "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=" + name +
            " -keyout " + name + ".key -out " + name + ".csr && printf '" + extension + "' > " +
            name + ".ext && openssl x509 -req -in " + name +
-           ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile " + name +
-           ".ext -out " + name + ".pem";
+           ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile " + name + ".ext -out " +
+           name + ".pem";
   };
   return Shell(dir, ca + "muster-test-ca -keyout ca.key -out ca.pem") &&
          Shell(dir, ca + "other-ca -keyout other-ca.key -out other-ca.pem") &&
