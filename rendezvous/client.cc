@@ -9,12 +9,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/callback_ticker.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/protocol.h"
 
 namespace muster::rdzv {
 
@@ -221,8 +223,17 @@ void GrpcRendezvousClient::Join(const JoinRequest& request, absl::Duration timeo
                                 std::function<void(absl::StatusOr<Assignment>)> done) {
   Unary<JoinRequest, JoinResponse, absl::StatusOr<Assignment>>(
       &Rendezvous::Stub::async_interface::Join, request, timeout, /*wait_for_ready=*/true,
-      [](absl::Status status, JoinResponse& response) -> absl::StatusOr<Assignment> {
+      [target = target_](absl::Status status,
+                         JoinResponse& response) -> absl::StatusOr<Assignment> {
         if (!status.ok()) return status;
+        if (response.protocol_version() != kProtocolVersion) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the rendezvous at ", target, " speaks protocol version ",
+              response.protocol_version(),
+              response.protocol_version() == 0 ? " (a muster older than protocol versions)" : "",
+              ", this agent speaks version ", kProtocolVersion,
+              "; run the same muster version on every node (and musterd)"));
+        }
         return std::move(*response.mutable_assignment());
       },
       std::move(done));

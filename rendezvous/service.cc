@@ -18,6 +18,7 @@
 #include "common/unique_handle.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/protocol.h"
 
 namespace muster::rdzv {
 
@@ -41,6 +42,7 @@ class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
   void Complete(absl::StatusOr<Assignment> result) {
     if (result.ok()) {
       *response_->mutable_assignment() = *std::move(result);
+      response_->set_protocol_version(kProtocolVersion);
       Finish(grpc::Status::OK);
     } else {
       Finish(ToGrpcStatus(result.status()));
@@ -240,7 +242,7 @@ grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackSer
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* context,
                                                        const HeartbeatRequest* request,
                                                        HeartbeatResponse* response) {
-  absl::StatusOr<int64_t> round = hub_->Heartbeat({request->job_id(), request->node_id()});
+  absl::StatusOr<int64_t> round = hub_->Heartbeat(*request);
   if (round.ok()) response->set_round(*round);
   return FinishNow(context, round.status());
 }

@@ -31,6 +31,7 @@
 #include "common/clock.h"
 #include "common/unique_handle.h"
 #include "rendezvous/client.h"
+#include "rendezvous/protocol.h"
 #include "tests/rendezvous/pending.h"
 #include "tests/reserved_port.h"
 
@@ -49,10 +50,11 @@ constexpr absl::Duration kRpc = absl::Seconds(5);
 class WatchLog {
  public:
   void Start(RendezvousClient& client, const std::string& job, const std::string& node,
-             int64_t known_round) {
+             int64_t known_round, const std::string& secret = "") {
     WatchRequest request;
     request.set_job_id(job);
     request.set_node_id(node);
+    request.set_node_secret(secret);
     request.set_known_round(known_round);
     client.Watch(
         request,
@@ -141,6 +143,7 @@ JoinRequest MakeJoin(const std::string& job, const std::string& node, int min, i
   info->set_local_world_size(local_world_size);
   info->set_node_rank_hint(-1);
   info->set_master_port_candidate(port);
+  request.set_protocol_version(kProtocolVersion);
   return request;
 }
 
@@ -205,10 +208,12 @@ class ServiceTest : public ::testing::Test {
   }
 
   static absl::Status ReportFailure(RendezvousClient& client, const std::string& job,
-                                    const std::string& node, int64_t round) {
+                                    const std::string& node, int64_t round,
+                                    const std::string& secret) {
     ReportFailureRequest request;
     request.set_job_id(job);
     request.set_node_id(node);
+    request.set_node_secret(secret);
     request.set_round(round);
     request.mutable_failure()->set_rank(0);
     request.mutable_failure()->set_host("host-" + node);
@@ -219,10 +224,12 @@ class ServiceTest : public ::testing::Test {
   }
 
   static absl::Status ReportDone(RendezvousClient& client, const std::string& job,
-                                 const std::string& node, int64_t round) {
+                                 const std::string& node, int64_t round,
+                                 const std::string& secret) {
     ReportDoneRequest request;
     request.set_job_id(job);
     request.set_node_id(node);
+    request.set_node_secret(secret);
     request.set_round(round);
     Pending<absl::Status> done;
     client.ReportDone(request, kRpc, done.Callback());
@@ -250,13 +257,14 @@ TEST_F(ServiceTest, OneNodeStandaloneJobCompletes) {
   HeartbeatRequest beat;
   beat.set_job_id("solo");
   beat.set_node_id("a");
+  beat.set_node_secret(assignment->node_secret());
   Pending<absl::StatusOr<int64_t>> round;
   client->Heartbeat(beat, kRpc, round.Callback());
   absl::StatusOr<int64_t> heartbeat = round.Wait();
   ASSERT_TRUE(heartbeat.ok()) << heartbeat.status();
   EXPECT_EQ(*heartbeat, 0);
 
-  EXPECT_TRUE(ReportDone(*client, "solo", "a", 0).ok());
+  EXPECT_TRUE(ReportDone(*client, "solo", "a", 0, assignment->node_secret()).ok());
   absl::StatusOr<StatusResponse> status = JobStatus(*client, "solo");
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->state(), "closed");
@@ -285,19 +293,23 @@ TEST_F(ServiceTest, TwoNodesGetDistinctRanksAndTheSameMaster) {
 TEST_F(ServiceTest, WatchSeesTheOtherNodesFailureAndTheJobsClose) {
   auto client_a = NewClient();
   auto client_b = NewClient();
-  const JoinRequest request_a = MakeJoin("watched", "a", 2, 2);
-  const JoinRequest request_b = MakeJoin("watched", "b", 2, 2);
+  JoinRequest request_a = MakeJoin("watched", "a", 2, 2);
+  JoinRequest request_b = MakeJoin("watched", "b", 2, 2);
   {
     Pending<absl::StatusOr<Assignment>> join_a;
     client_a->Join(request_a, kRpc, join_a.Callback());
-    ASSERT_TRUE(Join(*client_b, request_b).ok());
-    ASSERT_TRUE(join_a.Wait().ok());
+    absl::StatusOr<Assignment> b = Join(*client_b, request_b);
+    ASSERT_TRUE(b.ok());
+    absl::StatusOr<Assignment> a = join_a.Wait();
+    ASSERT_TRUE(a.ok());
+    request_a.set_node_secret(a->node_secret());  // what every later call carries
+    request_b.set_node_secret(b->node_secret());
   }
   WatchLog watch;
-  watch.Start(*client_a, "watched", "a", 0);
+  watch.Start(*client_a, "watched", "a", 0, request_a.node_secret());
   // Whichever reaches the server first, the event arrives: pushed, or as the
   // watch's catch-up.
-  ASSERT_TRUE(ReportFailure(*client_b, "watched", "b", 0).ok());
+  ASSERT_TRUE(ReportFailure(*client_b, "watched", "b", 0, request_b.node_secret()).ok());
 
   std::vector<WatchEvent> events = watch.WaitForEvents(1);
   ASSERT_GE(events.size(), 1u);
@@ -315,8 +327,8 @@ TEST_F(ServiceTest, WatchSeesTheOtherNodesFailureAndTheJobsClose) {
   EXPECT_EQ(a->round(), 1);
   EXPECT_EQ(a->restart_count(), 1);
 
-  ASSERT_TRUE(ReportDone(*client_a, "watched", "a", 1).ok());
-  ASSERT_TRUE(ReportDone(*client_b, "watched", "b", 1).ok());
+  ASSERT_TRUE(ReportDone(*client_a, "watched", "a", 1, request_a.node_secret()).ok());
+  ASSERT_TRUE(ReportDone(*client_b, "watched", "b", 1, request_b.node_secret()).ok());
   events = watch.WaitForEvents(2);
   ASSERT_EQ(events.size(), 2u);
   ASSERT_TRUE(events[1].has_job_closed());
@@ -333,15 +345,15 @@ TEST_F(ServiceTest, AnOpenWatchIsTheNodesHeartbeatAndItsEndStartsTheTimeout) {
     request->mutable_config()->set_heartbeat_timeout_ms(1'000);
     request->mutable_config()->set_last_call_timeout_ms(10'000);
   }
-  {
-    Pending<absl::StatusOr<Assignment>> join_a;
-    client_a->Join(request_a, kRpc, join_a.Callback());
-    ASSERT_TRUE(Join(*client_b, request_b).ok());  // max reached: no last call
-    ASSERT_TRUE(join_a.Wait().ok());
-  }
+  Pending<absl::StatusOr<Assignment>> join_a;
+  client_a->Join(request_a, kRpc, join_a.Callback());
+  absl::StatusOr<Assignment> b = Join(*client_b, request_b);  // max reached: no last call
+  ASSERT_TRUE(b.ok());
+  absl::StatusOr<Assignment> a = join_a.Wait();
+  ASSERT_TRUE(a.ok());
   WatchLog watch_a, watch_b;
-  watch_a.Start(*client_a, "beat", "a", 0);
-  watch_b.Start(*client_b, "beat", "b", 0);
+  watch_a.Start(*client_a, "beat", "a", 0, a->node_secret());
+  watch_b.Start(*client_b, "beat", "b", 0, b->node_secret());
   ASSERT_EQ(watch_a.WaitForStart(), 0);
   ASSERT_EQ(watch_b.WaitForStart(), 0);
 
@@ -367,10 +379,11 @@ TEST_F(ServiceTest, AnOpenWatchIsTheNodesHeartbeatAndItsEndStartsTheTimeout) {
 
 TEST_F(ServiceTest, WatchOpenedLateStartsWithTheMissedEvent) {
   auto client = NewClient();
-  ASSERT_TRUE(Join(*client, MakeJoin("late", "a", 1, 1)).ok());
-  ASSERT_TRUE(ReportFailure(*client, "late", "a", 0).ok());
+  absl::StatusOr<Assignment> a = Join(*client, MakeJoin("late", "a", 1, 1));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(ReportFailure(*client, "late", "a", 0, a->node_secret()).ok());
   WatchLog watch;
-  watch.Start(*client, "late", "a", 0);
+  watch.Start(*client, "late", "a", 0, a->node_secret());
   EXPECT_EQ(watch.WaitForStart(), 1) << "the job's round as the watch opened";
   std::vector<WatchEvent> events = watch.WaitForEvents(1);
   ASSERT_GE(events.size(), 1u);
@@ -383,8 +396,9 @@ TEST_F(ServiceTest, WatchOpenedLateStartsWithTheMissedEvent) {
 
 TEST_F(ServiceTest, JoinToAClosedJobFailsWithFailedPrecondition) {
   auto client = NewClient();
-  ASSERT_TRUE(Join(*client, MakeJoin("over", "a", 1, 1)).ok());
-  ASSERT_TRUE(ReportDone(*client, "over", "a", 0).ok());
+  absl::StatusOr<Assignment> a = Join(*client, MakeJoin("over", "a", 1, 1));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(ReportDone(*client, "over", "a", 0, a->node_secret()).ok());
   absl::StatusOr<Assignment> late = Join(*client, MakeJoin("over", "b", 1, 1));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(late.status().message(), HasSubstr("closed"));
@@ -406,6 +420,10 @@ TEST_F(ServiceTest, ConfigMismatchFailsWithFailedPrecondition) {
 
 TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
   auto client = NewClient();
+  // A node watches its running job (a node watches once it has its secret),
+  // while another node's join waits.
+  absl::StatusOr<Assignment> running = Join(*client, MakeJoin("cut-running", "a", 1, 1));
+  ASSERT_TRUE(running.ok());
   Pending<absl::StatusOr<Assignment>> join;
   client->Join(MakeJoin("cut", "a", 2, 2), kRpc, join.Callback());
   ASSERT_TRUE(
@@ -413,7 +431,7 @@ TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
   WatchLog watch;
   // WatchStarted proves the watch is open on the server before it shuts down
   // (a call still in flight then would be cancelled by gRPC itself instead).
-  watch.Start(*client, "cut", "a", 0);
+  watch.Start(*client, "cut-running", "a", 0, running->node_secret());
   ASSERT_EQ(watch.WaitForStart(), 0);
 
   absl::Notification shut;
@@ -559,9 +577,10 @@ std::pair<uint32_t, uint32_t> IdleTraffic(const ServerOptions& options, absl::Du
   auto client =
       RendezvousClient::Create("127.0.0.1:" + std::to_string((*server)->port()), keepalive);
   JoinRequest join = MakeJoin("idle", "a", 1, 1);
-  EXPECT_TRUE(client->JoinSync(join, kRpc).ok());
+  absl::StatusOr<Assignment> assigned = client->JoinSync(join, kRpc);
+  EXPECT_TRUE(assigned.ok());
   WatchLog watch;
-  watch.Start(*client, "idle", "a", 0);
+  watch.Start(*client, "idle", "a", 0, assigned.ok() ? assigned->node_secret() : "");
   EXPECT_EQ(watch.WaitForStart(), 0);
   const std::vector<int> accepted = AcceptedSockets((*server)->port());
   EXPECT_EQ(accepted.size(), 1u);
