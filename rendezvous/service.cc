@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,8 +37,9 @@ std::string PeerHost(const std::string& raw_peer) {
 class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
  public:
   JoinReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket,
-              JoinResponse* response)
-      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket), response_(response) {}
+              JoinResponse* response, PeerLimits::Slot slot)
+      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket), response_(response),
+        slot_(std::move(slot)) {}
 
   void Complete(absl::StatusOr<Assignment> result) {
     if (result.ok()) {
@@ -57,6 +59,7 @@ class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
   const NodeKey key_;
   const uint64_t ticket_;
   JoinResponse* const response_;
+  const PeerLimits::Slot slot_;  // given back as the call is deleted
 };
 
 // A node's watch stream: events are written one at a time, in order; a
@@ -68,8 +71,9 @@ class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
 class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<WatchEvent> {
  public:
   static std::shared_ptr<WatchReactor> Create(std::shared_ptr<RendezvousHub> hub, NodeKey key,
-                                              uint64_t ticket) {
-    std::shared_ptr<WatchReactor> reactor(new WatchReactor(std::move(hub), std::move(key), ticket));
+                                              uint64_t ticket, PeerLimits::Slot slot) {
+    std::shared_ptr<WatchReactor> reactor(
+        new WatchReactor(std::move(hub), std::move(key), ticket, std::move(slot)));
     reactor->self_ = reactor;
     return reactor;
   }
@@ -122,12 +126,14 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
 
   void OnDone() override {
     hub_->CancelWatch(key_, ticket_);  // releases the hub's reference, if it still has one
+    slot_.reset();                     // the stream is over, whoever still holds this
     self_.reset();                     // may delete this: nothing after it
   }
 
  private:
-  WatchReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket)
-      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket) {}
+  WatchReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket,
+               PeerLimits::Slot slot)
+      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket), slot_(std::move(slot)) {}
 
   const WatchEvent* NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished_ || queue_.empty()) return nullptr;
@@ -138,6 +144,7 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
   const std::shared_ptr<RendezvousHub> hub_;
   const NodeKey key_;
   const uint64_t ticket_;
+  std::optional<PeerLimits::Slot> slot_;  // OnDone only
   std::shared_ptr<WatchReactor> self_;
   absl::Mutex mu_;
   std::deque<WatchEvent> queue_ ABSL_GUARDED_BY(mu_);
@@ -145,7 +152,29 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A watch refused before it opened.
+class RendezvousService::RefusedWatch final : public grpc::ServerWriteReactor<WatchEvent> {
+ public:
+  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 namespace {
+
+// Refusals worth an operator's line: someone sent what cannot be served.
+bool IsRefusal(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kResourceExhausted: return true;
+    default: return false;
+  }
+}
+
+// Our own messages quote client strings (each within the field limits); a
+// line shows this much of one.
+constexpr size_t kMaxLoggedMessageBytes = 1024;
 
 int Seconds(absl::Duration d) {
   return std::max(1, static_cast<int>(absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1)))));
@@ -215,27 +244,75 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
+void RendezvousService::LogRefusal(absl::string_view kind, const std::string& line) {
+  static const auto logger = Logger("rdzv");
+  LogLimiter::Verdict verdict;
+  {
+    absl::MutexLock lock(&log_mu_);
+    verdict = log_limiter_.Allow(kind, absl::Now());
+  }
+  if (verdict.dropped > 0) {
+    logger->warn("{} more lines of kind '{}' left out (at most 10 a second)", verdict.dropped,
+                 kind);
+  }
+  if (verdict.log) logger->warn("{}", line);
+}
+
+void RendezvousService::LogIfDenied(absl::string_view call, const std::string& peer,
+                                    const std::string& job_id, const std::string& node_id,
+                                    const absl::Status& status) {
+  if (!absl::IsPermissionDenied(status)) return;
+  LogRefusal("denied", absl::StrCat("refused ", call, " for node ", ForLog(node_id), " of job '",
+                                    ForLog(job_id), "' from ", ForLog(peer),
+                                    ": it does not carry the node's secret"));
+}
+
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* context,
                                                   const JoinRequest* request,
                                                   JoinResponse* response) {
+  const std::string peer = context->peer();
+  absl::StatusOr<PeerLimits::Slot> slot = peers_.Acquire(peer, PeerLimits::Kind::kJoin);
+  if (!slot.ok()) {
+    LogRefusal("peer-limit",
+               absl::StrCat("refused a join from ", ForLog(peer), ": ", slot.status().message()));
+    return FinishNow(context, slot.status());
+  }
   const uint64_t ticket = hub_->NewTicket();
-  auto* reactor =
-      new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket, response);
-  hub_->Join(
-      *request, PeerHost(context->peer()), ticket,
-      [reactor](absl::StatusOr<Assignment> result) { reactor->Complete(std::move(result)); });
+  auto* reactor = new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket,
+                                  response, *std::move(slot));
+  hub_->Join(*request, PeerHost(peer), ticket,
+             [this, reactor, peer, job_id = request->job_id(),
+              node_id = request->node().node_id()](absl::StatusOr<Assignment> result) {
+               if (!result.ok() && IsRefusal(result.status())) {
+                 LogRefusal("join", absl::StrCat(
+                                        "refused the join of node ", ForLog(node_id), " to job '",
+                                        ForLog(job_id), "' from ", ForLog(peer), ": ",
+                                        ForLog(result.status().message(), kMaxLoggedMessageBytes)));
+               }
+               reactor->Complete(std::move(result));
+             });
   return reactor;
 }
 
 grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackServerContext* context,
                                                                const WatchRequest* request) {
+  const std::string peer = context->peer();
+  absl::StatusOr<PeerLimits::Slot> slot = peers_.Acquire(peer, PeerLimits::Kind::kWatch);
+  if (!slot.ok()) {
+    LogRefusal("peer-limit",
+               absl::StrCat("refused a watch from ", ForLog(peer), ": ", slot.status().message()));
+    return new RefusedWatch(ToGrpcStatus(slot.status()));
+  }
   const uint64_t ticket = hub_->NewTicket();
   std::shared_ptr<WatchReactor> reactor =
-      WatchReactor::Create(hub_, {request->job_id(), request->node_id()}, ticket);
+      WatchReactor::Create(hub_, {request->job_id(), request->node_id()}, ticket, *std::move(slot));
   hub_->Watch(*request, ticket,
-              RendezvousHub::Watcher{
-                  [reactor](const WatchEvent& event) { reactor->Push(event); },
-                  [reactor](absl::Status status) { reactor->End(ToGrpcStatus(status)); }});
+              RendezvousHub::Watcher{[reactor](const WatchEvent& event) { reactor->Push(event); },
+                                     [this, reactor, peer, job_id = request->job_id(),
+                                      node_id = request->node_id()](absl::Status status) {
+                                       LogIfDenied("a watch", peer, job_id, node_id, status);
+                                       reactor->End(ToGrpcStatus(status));
+                                     }});
   return reactor.get();
 }
 
@@ -244,25 +321,33 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
                                                        HeartbeatResponse* response) {
   absl::StatusOr<int64_t> round = hub_->Heartbeat(*request);
   if (round.ok()) response->set_round(*round);
+  LogIfDenied("a heartbeat", context->peer(), request->job_id(), request->node_id(),
+              round.status());
   return FinishNow(context, round.status());
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* context,
                                                            const ReportFailureRequest* request,
                                                            ReportFailureResponse* response) {
-  return FinishNow(context, hub_->ReportFailure(*request));
+  const absl::Status status = hub_->ReportFailure(*request);
+  LogIfDenied("a failure report", context->peer(), request->job_id(), request->node_id(), status);
+  return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportDone(grpc::CallbackServerContext* context,
                                                         const ReportDoneRequest* request,
                                                         ReportDoneResponse* response) {
-  return FinishNow(context, hub_->ReportDone(*request));
+  const absl::Status status = hub_->ReportDone(*request);
+  LogIfDenied("a done report", context->peer(), request->job_id(), request->node_id(), status);
+  return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* context,
                                                    const LeaveRequest* request,
                                                    LeaveResponse* response) {
-  return FinishNow(context, hub_->Leave(*request));
+  const absl::Status status = hub_->Leave(*request);
+  LogIfDenied("a leave", context->peer(), request->job_id(), request->node_id(), status);
+  return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* context,
@@ -278,7 +363,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->ticker_ = CallbackTicker::Acquire();
   server->hub_ = std::make_shared<RendezvousHub>(options.hub);
-  server->service_ = std::make_unique<RendezvousService>(server->hub_);
+  server->service_ = std::make_unique<RendezvousService>(server->hub_, options.per_peer);
   grpc::ServerBuilder builder;
   // Without this, gRPC sets SO_REUSEPORT and a second server on the same port
   // would silently share it instead of failing.

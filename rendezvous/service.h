@@ -13,13 +13,23 @@
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/callback_ticker.h"
 #include "rendezvous/hub.h"
+#include "rendezvous/log_limiter.h"
+#include "rendezvous/peer_limits.h"
 
 namespace muster::rdzv {
 
-// Translates gRPC calls to a RendezvousHub. Holds no state of its own.
+// What one client connection may hold open at once (see peer_limits.h).
+struct PeerBounds {
+  int pending_joins = 64;
+  int open_watches = 64;
+};
+
+// Translates gRPC calls to a RendezvousHub. Its only state: the calls each
+// connection holds open, and the rate of its own log lines.
 class RendezvousService final : public Rendezvous::CallbackService {
  public:
-  explicit RendezvousService(std::shared_ptr<RendezvousHub> hub) : hub_(std::move(hub)) {}
+  explicit RendezvousService(std::shared_ptr<RendezvousHub> hub, PeerBounds bounds = {})
+      : hub_(std::move(hub)), peers_(bounds.pending_joins, bounds.open_watches) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const JoinRequest* request,
                                  JoinResponse* response) override;
@@ -42,7 +52,19 @@ class RendezvousService final : public Rendezvous::CallbackService {
  private:
   class JoinReactor;
   class WatchReactor;
+  class RefusedWatch;
+
+  // Logs `line` (which must show client strings through ForLog) at warning
+  // level, at most 10 a second per `kind`, saying how many were left out.
+  void LogRefusal(absl::string_view kind, const std::string& line);
+  // Logs a call refused for want of the node's secret.
+  void LogIfDenied(absl::string_view call, const std::string& peer, const std::string& job_id,
+                   const std::string& node_id, const absl::Status& status);
+
   const std::shared_ptr<RendezvousHub> hub_;
+  PeerLimits peers_;
+  absl::Mutex log_mu_;
+  LogLimiter log_limiter_ ABSL_GUARDED_BY(log_mu_);
 };
 
 // How the server keeps time and watches its connections.
@@ -50,6 +72,8 @@ struct ServerOptions {
   // The hub's clock and timer thread (see HubOptions); the defaults are the
   // real clock and a thread. Tests put the server on a FakeClock.
   HubOptions hub;
+  // Pending joins and open watches per client connection.
+  PeerBounds per_peer;
 
   // The kernel probes every idle connection (TCP keepalive) this often, in
   // whole seconds, and resets it after `keepalive_probes` unanswered probes
