@@ -68,7 +68,7 @@ inline constexpr size_t kMaxFailureMessageBytes = 64 * 1024;
 // travel in a gRPC status, whose message goes in an 8 KiB header block
 // percent-encoded (up to 3 bytes per byte).
 inline constexpr size_t kMaxDetailBytes = 2048;
-inline constexpr size_t kMaxReasonBytes = 512;
+inline constexpr size_t kMaxReasonBytes = 256;
 
 // Checks a job id: 1..256 printable ASCII characters with no white space.
 absl::Status ValidateJobId(absl::string_view job_id);
