@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_handle.h"
+#include "rendezvous/protocol.h"
 
 namespace muster {
 namespace {
@@ -147,6 +148,9 @@ class Agent::Impl {
   std::shared_ptr<spdlog::logger> logger_;
   ElasticState state_;
   const std::string node_id_;
+  // What the rendezvous gave this node on its last join; every call for the
+  // node carries it. Loop thread only.
+  std::string node_secret_;
 
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<WorkerGroup> workers_;
@@ -272,10 +276,17 @@ void Agent::Impl::Do(const action::Join&) {
   node->set_local_world_size(options_.nproc);
   node->set_node_rank_hint(config_.node_rank_given ? config_.node_rank : -1);
   node->set_master_port_candidate(PickFreePort());
+  request.set_node_secret(node_secret_);  // empty on the first join
+  request.set_protocol_version(rdzv::kProtocolVersion);
   logger_->debug("joining job '{}' at {} as node {}", config_.rdzv_id, client_->target(), node_id_);
   client_->Join(request, absl::FromChrono(config_.rdzv_conf.join_timeout) + kJoinSlack,
                 [this](absl::StatusOr<rdzv::Assignment> assignment) {
-                  Post(rdzv_event::Joined{std::move(assignment)});
+                  loop_->Post([this, assignment = std::move(assignment)]() mutable {
+                    // The server's word for this node from now on, whatever
+                    // the elastic rules make of the answer.
+                    if (assignment.ok()) node_secret_ = assignment->node_secret();
+                    Do(state_.OnRdzv(rdzv_event::Joined{std::move(assignment)}, clock_.Now()));
+                  });
                 });
 }
 
@@ -298,6 +309,7 @@ void Agent::Impl::Do(const action::ReportFailure& report) {
   rdzv::ReportFailureRequest request;
   request.set_job_id(config_.rdzv_id);
   request.set_node_id(node_id_);
+  request.set_node_secret(node_secret_);
   request.set_round(report.round);
   rdzv::Failure* reported = request.mutable_failure();
   reported->set_rank(failure.rank);
@@ -317,6 +329,7 @@ void Agent::Impl::Do(const action::ReportDone& report) {
   rdzv::ReportDoneRequest request;
   request.set_job_id(config_.rdzv_id);
   request.set_node_id(node_id_);
+  request.set_node_secret(node_secret_);
   request.set_round(report.round);
   client_->ReportDone(request, kRpcTimeout, [this](absl::Status status) {
     Post(rdzv_event::DoneReported{std::move(status)});
@@ -327,6 +340,7 @@ void Agent::Impl::Do(const action::SendHeartbeat&) {
   rdzv::HeartbeatRequest request;
   request.set_job_id(config_.rdzv_id);
   request.set_node_id(node_id_);
+  request.set_node_secret(node_secret_);
   client_->Heartbeat(request, kRpcTimeout, [this](absl::StatusOr<int64_t> round) {
     Post(rdzv_event::HeartbeatAnswered{std::move(round)});
   });
@@ -336,6 +350,7 @@ void Agent::Impl::Do(const action::OpenWatch& watch) {
   rdzv::WatchRequest request;
   request.set_job_id(config_.rdzv_id);
   request.set_node_id(node_id_);
+  request.set_node_secret(node_secret_);
   request.set_known_round(watch.known_round);
   const uint64_t generation = watch.generation;
   client_->Watch(
@@ -384,6 +399,7 @@ void Agent::Impl::Leave(const std::string& reason) {
   rdzv::LeaveRequest request;
   request.set_job_id(config_.rdzv_id);
   request.set_node_id(node_id_);
+  request.set_node_secret(node_secret_);
   request.set_reason(reason);
   client_->Leave(request, absl::Seconds(1), [left](absl::Status) { left->Notify(); });
   left->WaitForNotificationWithTimeout(absl::Seconds(2));

@@ -95,6 +95,7 @@ void UnaryHeartbeats(const RunConfig& config, const Fleet& fleet, int64_t round,
   for (int i = 0; i < n; ++i) {
     requests[i].set_job_id(fleet.nodes[i]->join.job_id());
     requests[i].set_node_id(fleet.nodes[i]->join.node().node_id());
+    requests[i].set_node_secret(fleet.nodes[i]->join_response.assignment().node_secret());
   }
   HeartbeatTally tally(total);
   tally.pending.Add(static_cast<int>(total));

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "rendezvous/channel.h"
+#include "rendezvous/protocol.h"
 
 namespace muster::rdzv::scale {
 
@@ -54,6 +55,7 @@ JoinRequest NodeJoinRequest(const std::string& job_id, int nodes, int index,
   info->set_local_world_size(kLocalWorldSize);
   info->set_node_rank_hint(-1);
   info->set_master_port_candidate(kFirstMasterPort + index % 40'000);
+  join.set_protocol_version(kProtocolVersion);
   return join;
 }
 
@@ -213,6 +215,7 @@ void WatchSet::Open(const Fleet& fleet, int64_t round) {
     WatchRequest request;
     request.set_job_id(fleet.nodes[i]->join.job_id());
     request.set_node_id(fleet.nodes[i]->join.node().node_id());
+    request.set_node_secret(fleet.nodes[i]->join_response.assignment().node_secret());
     request.set_known_round(round);
     streams_.push_back(std::make_unique<Stream>(&open_, &events_, std::move(request)));
     streams_.back()->Start(fleet.stub(i));

@@ -373,6 +373,12 @@ absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
       if (!seconds || *seconds < 0 || *seconds > kMaxSeconds) {
         return Invalid(given, absl::StrCat(key, " needs seconds >= 0, not ", Shown(value)), fix);
       }
+      if (key == "heartbeat_timeout" && *seconds < 1) {
+        // The rendezvous refuses it too: a node must be able to be declared dead.
+        return Invalid(
+            given, absl::StrCat("heartbeat_timeout needs at least 1 second, not ", Shown(value)),
+            "give heartbeat_timeout=1 or more (the default is 30)");
+      }
       conf.*(duration->second) = SecondsToMillis(*seconds);
     } else if (key == "keep_alive_max_attempt") {
       std::optional<int64_t> attempts = ToInt(value);

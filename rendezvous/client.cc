@@ -16,6 +16,7 @@
 #include "rendezvous/callback_ticker.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/protocol.h"
 #include "rendezvous/token.h"
 
 namespace muster::rdzv {
@@ -254,8 +255,17 @@ void GrpcRendezvousClient::Join(const JoinRequest& request, absl::Duration timeo
                                 std::function<void(absl::StatusOr<Assignment>)> done) {
   Unary<JoinRequest, JoinResponse, absl::StatusOr<Assignment>>(
       &Rendezvous::Stub::async_interface::Join, request, timeout, /*wait_for_ready=*/true,
-      [](absl::Status status, JoinResponse& response) -> absl::StatusOr<Assignment> {
+      [target = target_](absl::Status status,
+                         JoinResponse& response) -> absl::StatusOr<Assignment> {
         if (!status.ok()) return status;
+        if (response.protocol_version() != kProtocolVersion) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the rendezvous at ", target, " speaks protocol version ",
+              response.protocol_version(),
+              response.protocol_version() == 0 ? " (a muster older than protocol versions)" : "",
+              ", this agent speaks version ", kProtocolVersion,
+              "; run the same muster version on every node (and musterd)"));
+        }
         return std::move(*response.mutable_assignment());
       },
       std::move(done));

@@ -1,6 +1,7 @@
 #include "rendezvous/hub.h"
 
 #include "common/log.h"
+#include "rendezvous/node_secret.h"
 
 namespace muster::rdzv {
 namespace {
@@ -15,7 +16,7 @@ absl::Status Unavailable() {
 
 }  // namespace
 
-RendezvousHub::RendezvousHub(HubOptions options) : clock_(*options.clock) {
+RendezvousHub::RendezvousHub(HubOptions options) : clock_(*options.clock), state_(options.state) {
   // Started in the body, once every member exists: the loop reads them.
   if (options.timer_thread) timer_ = std::thread([this] { TimerLoop(); });
 }
@@ -99,7 +100,10 @@ void RendezvousHub::Join(const JoinRequest& request, const std::string& peer, ui
     absl::Status status = shutting_down_ ? Unavailable() : absl::OkStatus();
     Effects effects;
     const absl::Time now = clock_.Now();
-    if (status.ok()) status = state_.Join(request, peer, now, &effects);
+    // Drawn for every join; the state keeps it only for a node new to the job.
+    absl::StatusOr<std::string> secret = NewNodeSecret();
+    if (status.ok() && !secret.ok()) status = secret.status();
+    if (status.ok()) status = state_.Join(request, peer, *secret, now, &effects);
     // A node that left and joins again may have kept its watch stream open.
     if (status.ok() && watches_.contains(key)) state_.SetWatching(key, true, now, &effects);
     if (status.ok()) {
@@ -130,7 +134,7 @@ void RendezvousHub::CancelJoin(const NodeKey& key, uint64_t ticket) {
     // Nobody waits for this answer: the node must not be put into a round,
     // where it could even be everyone's master.
     Effects effects;
-    state_.Leave(key, "cancelled its join", clock_.Now(), &effects).IgnoreError();
+    state_.CancelJoin(key, clock_.Now(), &effects);
     ApplyLocked(effects, &deliveries);
   }
   Deliver(deliveries);
@@ -144,7 +148,7 @@ void RendezvousHub::Watch(const WatchRequest& request, uint64_t ticket, Watcher 
     absl::MutexLock lock(&mu_);
     absl::StatusOr<std::optional<WatchEvent>> missed =
         shutting_down_ ? absl::StatusOr<std::optional<WatchEvent>>(Unavailable())
-                       : state_.CatchUp(key, request.known_round());
+                       : state_.CatchUp(key, request.node_secret(), request.known_round());
     if (!missed.ok()) {
       deliveries.ends.emplace_back(shared, missed.status());
     } else if (*missed && (*missed)->has_job_closed()) {
@@ -157,7 +161,7 @@ void RendezvousHub::Watch(const WatchRequest& request, uint64_t ticket, Watcher 
       slot = Subscription{ticket, shared};
       // Opening the watch is a sign of life, and from now on the open stream is.
       const absl::Time now = clock_.Now();
-      absl::StatusOr<int64_t> round = state_.Heartbeat(key, now);
+      absl::StatusOr<int64_t> round = state_.Heartbeat(key, request.node_secret(), now);
       Effects effects;
       state_.SetWatching(key, true, now, &effects);
       ApplyLocked(effects, &deliveries);
@@ -187,30 +191,31 @@ void RendezvousHub::CancelWatch(const NodeKey& key, uint64_t ticket) {
   Deliver(deliveries);
 }
 
-absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const NodeKey& node) {
+absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const HeartbeatRequest& request) {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return Unavailable();
-  return state_.Heartbeat(node, clock_.Now());
+  return state_.Heartbeat({request.job_id(), request.node_id()}, request.node_secret(),
+                          clock_.Now());
 }
 
 absl::Status RendezvousHub::ReportFailure(const ReportFailureRequest& request) {
   return Mutate([&](Effects* effects) {
-    return state_.ReportFailure({request.job_id(), request.node_id()}, request.round(),
-                                request.failure(), clock_.Now(), effects);
+    return state_.ReportFailure({request.job_id(), request.node_id()}, request.node_secret(),
+                                request.round(), request.failure(), clock_.Now(), effects);
   });
 }
 
 absl::Status RendezvousHub::ReportDone(const ReportDoneRequest& request) {
   return Mutate([&](Effects* effects) {
-    return state_.ReportDone({request.job_id(), request.node_id()}, request.round(), clock_.Now(),
-                             effects);
+    return state_.ReportDone({request.job_id(), request.node_id()}, request.node_secret(),
+                             request.round(), clock_.Now(), effects);
   });
 }
 
 absl::Status RendezvousHub::Leave(const LeaveRequest& request) {
   return Mutate([&](Effects* effects) {
-    return state_.Leave({request.job_id(), request.node_id()}, request.reason(), clock_.Now(),
-                        effects);
+    return state_.Leave({request.job_id(), request.node_id()}, request.node_secret(),
+                        request.reason(), clock_.Now(), effects);
   });
 }
 

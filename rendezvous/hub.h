@@ -27,7 +27,7 @@
 
 namespace muster::rdzv {
 
-// How a hub keeps time.
+// How a hub keeps time, and what it lets clients make it hold.
 struct HubOptions {
   // Where every call and timer reads the time. Not owned; must outlive the hub.
   const Clock* clock = &Clock::Real();
@@ -37,6 +37,8 @@ struct HubOptions {
   // hub on a FakeClock, whose time a thread waiting on real time would not
   // see move.
   bool timer_thread = true;
+  // Bounds on jobs (see StateOptions).
+  StateOptions state;
 };
 
 class RendezvousHub {
@@ -68,7 +70,8 @@ class RendezvousHub {
 
   // Starts a join. `done` runs exactly once: with the assignment when the
   // round completes, or with an error (refused, job closed, timeout,
-  // cancelled, shutdown). `peer` is the address the request came from.
+  // cancelled, shutdown). `peer` is the address the request came from. A
+  // node new to the job gets a fresh secret in its assignment.
   void Join(const JoinRequest& request, const std::string& peer, uint64_t ticket, JoinDone done);
   // Ends the pending join `ticket` with kCancelled, if it is still pending,
   // and takes its node out of the job: nobody waits for that answer.
@@ -80,7 +83,8 @@ class RendezvousHub {
   // Ends the watch `ticket` with kCancelled, if it is still open.
   void CancelWatch(const NodeKey& node, uint64_t ticket);
 
-  absl::StatusOr<int64_t> Heartbeat(const NodeKey& node);
+  // Each of these, and Watch, must carry the node's secret (RendezvousState).
+  absl::StatusOr<int64_t> Heartbeat(const HeartbeatRequest& request);
   absl::Status ReportFailure(const ReportFailureRequest& request);
   absl::Status ReportDone(const ReportDoneRequest& request);
   absl::Status Leave(const LeaveRequest& request);

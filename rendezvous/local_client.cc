@@ -74,7 +74,7 @@ class LocalRendezvousClient final : public RendezvousClient {
 
   void Heartbeat(const HeartbeatRequest& request, absl::Duration,
                  std::function<void(absl::StatusOr<int64_t>)> done) override {
-    done(hub_->Heartbeat({request.job_id(), request.node_id()}));
+    done(hub_->Heartbeat(request));
   }
 
   void ReportFailure(const ReportFailureRequest& request, absl::Duration,

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -113,9 +114,31 @@ void UseTimestampedLogs() {
   }
 }
 
+// A duration as a user writes it: "90s", "30m", "1h", "1h30m", or plain
+// seconds ("3600"); more than zero.
+absl::StatusOr<absl::Duration> ParsePositiveDuration(const std::string& flag,
+                                                     const std::string& text) {
+  absl::Duration duration;
+  double seconds = 0;
+  if (absl::SimpleAtod(text, &seconds)) {
+    duration = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(text, &duration)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", text, ": give a duration such as 90s, 30m or 1h (or seconds)"));
+  }
+  if (duration <= absl::ZeroDuration() || duration == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", text, ": give a duration above zero, such as 30m or 1h"));
+  }
+  return duration;
+}
+
 int Main(int argc, char** argv) {
   std::string listen = "0.0.0.0";
   std::string port_text = std::to_string(kDefaultPort);
+  rdzv::ServerOptions options;
+  std::string max_join_timeout_text = "1h";
+  int64_t max_jobs = static_cast<int64_t>(options.hub.state.max_jobs);
   std::string token_file;
   CLI::App app(
       "musterd: the standalone rendezvous server for muster (and torchrun-style) jobs. It serves "
@@ -135,6 +158,16 @@ int Main(int argc, char** argv) {
                  "it, agents give it with --rdzv-conf token_file=PATH; without it anyone who "
                  "reaches the port can join, watch or stop any job")
       ->type_name("PATH");
+  app.add_option("--max-join-timeout", max_join_timeout_text,
+                 "a job with no node in it is forgotten after its join_timeout, or after this "
+                 "long if shorter, whatever its agents asked for (e.g. 30m, 1h, 2h)")
+      ->type_name("DURATION")
+      ->capture_default_str();
+  app.add_option("--max-jobs", max_jobs,
+                 "the most jobs served at once (not yet closed); a join that would open one "
+                 "more is refused")
+      ->type_name("N")
+      ->capture_default_str();
   app.set_version_flag("--version", std::string("musterd ") + MUSTER_VERSION);
   app.footer(kFooter);
   try {
@@ -152,6 +185,14 @@ int Main(int argc, char** argv) {
   if (!absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
     return Error(kExitUsage, absl::StrCat("--port ", port_text, ": give a port number 0..65535"));
   }
+  absl::StatusOr<absl::Duration> max_join_timeout =
+      ParsePositiveDuration("--max-join-timeout", max_join_timeout_text);
+  if (!max_join_timeout.ok()) return Error(kExitUsage, max_join_timeout.status().message());
+  options.hub.state.max_join_timeout = *max_join_timeout;
+  if (max_jobs < 1) {
+    return Error(kExitUsage, absl::StrCat("--max-jobs ", max_jobs, ": give at least 1"));
+  }
+  options.hub.state.max_jobs = static_cast<size_t>(max_jobs);
   if (listen.empty()) return Error(kExitUsage, "--listen is empty; give an address, e.g. 0.0.0.0");
   if (std::count(listen.begin(), listen.end(), ':') == 1) {
     return Error(kExitUsage, absl::StrCat("--listen ", listen,
@@ -171,7 +212,6 @@ int Main(int argc, char** argv) {
     listen = bracketed->host;
   }
 
-  rdzv::ServerOptions options;
   if (!token_file.empty()) {
     absl::StatusOr<std::string> token = rdzv::ReadTokenFile(token_file);
     if (!token.ok())

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <deque>
 #include <iterator>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -21,6 +22,7 @@
 #include "common/unique_handle.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/protocol.h"
 #include "rendezvous/token.h"
 
 namespace muster::rdzv {
@@ -34,52 +36,10 @@ std::string PeerHost(const std::string& raw_peer) {
   return endpoint.ok() ? endpoint->host : rest;  // not host:port ("unix:/path"): as it is
 }
 
-// Refused calls, logged with the caller's address at most kLinesPerSecond
-// lines a second: someone hammering the port fills no disk. The calls left
-// out are counted on the next line logged.
-class RendezvousService::RefusalLog {
- public:
-  void Refused(const char* method, const std::string& peer, const char* why) {
-    const absl::Time now = absl::Now();
-    int64_t skipped = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      if (now - window_start_ >= absl::Seconds(1)) {
-        window_start_ = now;
-        lines_ = 0;
-      }
-      if (lines_ >= kLinesPerSecond) {
-        ++skipped_;
-        return;
-      }
-      ++lines_;
-      skipped = std::exchange(skipped_, 0);
-    }
-    Logger("rdzv")->warn("refused a {} call from {}: {}{}", method, peer, why,
-                         skipped == 0
-                             ? std::string()
-                             : absl::StrCat(" (and ", skipped, " more refused calls not logged)"));
-  }
-
- private:
-  static constexpr int kLinesPerSecond = 5;
-  absl::Mutex mu_;
-  absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  int lines_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t skipped_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// The answer to a watch that carried no valid token: finished at once.
-class RendezvousService::RefusedWatch final : public grpc::ServerWriteReactor<WatchEvent> {
- public:
-  RefusedWatch() { Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kRefusedMessage)); }
-  void OnDone() override { delete this; }
-};
-
-RendezvousService::RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token)
-    : hub_(std::move(hub)), token_(std::move(token)), refusals_(std::make_unique<RefusalLog>()) {}
-
-RendezvousService::~RendezvousService() = default;
+RendezvousService::RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token,
+                                     PeerBounds bounds)
+    : hub_(std::move(hub)), token_(std::move(token)),
+      peers_(bounds.pending_joins, bounds.open_watches) {}
 
 bool RendezvousService::Authenticated(grpc::CallbackServerContext* context, const char* method) {
   if (token_.empty()) return true;
@@ -96,7 +56,8 @@ bool RendezvousService::Authenticated(grpc::CallbackServerContext* context, cons
     if (BearerMatches(value, token_)) return true;
     why = absl::StartsWith(value, kBearerPrefix) ? "wrong token" : "not a Bearer credential";
   }
-  refusals_->Refused(method, context->peer(), why);
+  LogRefusal("unauthenticated",
+             absl::StrCat("refused a ", method, " call from ", ForLog(context->peer()), ": ", why));
   return false;
 }
 
@@ -105,12 +66,14 @@ bool RendezvousService::Authenticated(grpc::CallbackServerContext* context, cons
 class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
  public:
   JoinReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket,
-              JoinResponse* response)
-      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket), response_(response) {}
+              JoinResponse* response, PeerLimits::Slot slot)
+      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket), response_(response),
+        slot_(std::move(slot)) {}
 
   void Complete(absl::StatusOr<Assignment> result) {
     if (result.ok()) {
       *response_->mutable_assignment() = *std::move(result);
+      response_->set_protocol_version(kProtocolVersion);
       Finish(grpc::Status::OK);
     } else {
       Finish(ToGrpcStatus(result.status()));
@@ -125,6 +88,7 @@ class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
   const NodeKey key_;
   const uint64_t ticket_;
   JoinResponse* const response_;
+  const PeerLimits::Slot slot_;  // given back as the call is deleted
 };
 
 // A node's watch stream: events are written one at a time, in order; a
@@ -136,8 +100,9 @@ class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
 class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<WatchEvent> {
  public:
   static std::shared_ptr<WatchReactor> Create(std::shared_ptr<RendezvousHub> hub, NodeKey key,
-                                              uint64_t ticket) {
-    std::shared_ptr<WatchReactor> reactor(new WatchReactor(std::move(hub), std::move(key), ticket));
+                                              uint64_t ticket, PeerLimits::Slot slot) {
+    std::shared_ptr<WatchReactor> reactor(
+        new WatchReactor(std::move(hub), std::move(key), ticket, std::move(slot)));
     reactor->self_ = reactor;
     return reactor;
   }
@@ -190,12 +155,14 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
 
   void OnDone() override {
     hub_->CancelWatch(key_, ticket_);  // releases the hub's reference, if it still has one
+    slot_.reset();                     // the stream is over, whoever still holds this
     self_.reset();                     // may delete this: nothing after it
   }
 
  private:
-  WatchReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket)
-      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket) {}
+  WatchReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket,
+               PeerLimits::Slot slot)
+      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket), slot_(std::move(slot)) {}
 
   const WatchEvent* NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished_ || queue_.empty()) return nullptr;
@@ -206,6 +173,7 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
   const std::shared_ptr<RendezvousHub> hub_;
   const NodeKey key_;
   const uint64_t ticket_;
+  std::optional<PeerLimits::Slot> slot_;  // OnDone only
   std::shared_ptr<WatchReactor> self_;
   absl::Mutex mu_;
   std::deque<WatchEvent> queue_ ABSL_GUARDED_BY(mu_);
@@ -213,7 +181,29 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A watch refused before it opened.
+class RendezvousService::RefusedWatch final : public grpc::ServerWriteReactor<WatchEvent> {
+ public:
+  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 namespace {
+
+// Refusals worth an operator's line: someone sent what cannot be served.
+bool IsRefusal(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kResourceExhausted: return true;
+    default: return false;
+  }
+}
+
+// Our own messages quote client strings (each within the field limits); a
+// line shows this much of one.
+constexpr size_t kMaxLoggedMessageBytes = 1024;
 
 int Seconds(absl::Duration d) {
   return std::max(1, static_cast<int>(absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1)))));
@@ -287,29 +277,79 @@ grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context) {
 
 }  // namespace
 
+void RendezvousService::LogRefusal(absl::string_view kind, const std::string& line) {
+  static const auto logger = Logger("rdzv");
+  LogLimiter::Verdict verdict;
+  {
+    absl::MutexLock lock(&log_mu_);
+    verdict = log_limiter_.Allow(kind, absl::Now());
+  }
+  if (verdict.dropped > 0) {
+    logger->warn("{} more lines of kind '{}' left out (at most 10 a second)", verdict.dropped,
+                 kind);
+  }
+  if (verdict.log) logger->warn("{}", line);
+}
+
+void RendezvousService::LogIfDenied(absl::string_view call, const std::string& peer,
+                                    const std::string& job_id, const std::string& node_id,
+                                    const absl::Status& status) {
+  if (!absl::IsPermissionDenied(status)) return;
+  LogRefusal("denied", absl::StrCat("refused ", call, " for node ", ForLog(node_id), " of job '",
+                                    ForLog(job_id), "' from ", ForLog(peer),
+                                    ": it does not carry the node's secret"));
+}
+
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* context,
                                                   const JoinRequest* request,
                                                   JoinResponse* response) {
   if (!Authenticated(context, "Join")) return Refuse(context);
+  const std::string peer = context->peer();
+  absl::StatusOr<PeerLimits::Slot> slot = peers_.Acquire(peer, PeerLimits::Kind::kJoin);
+  if (!slot.ok()) {
+    LogRefusal("peer-limit",
+               absl::StrCat("refused a join from ", ForLog(peer), ": ", slot.status().message()));
+    return FinishNow(context, slot.status());
+  }
   const uint64_t ticket = hub_->NewTicket();
-  auto* reactor =
-      new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket, response);
-  hub_->Join(
-      *request, PeerHost(context->peer()), ticket,
-      [reactor](absl::StatusOr<Assignment> result) { reactor->Complete(std::move(result)); });
+  auto* reactor = new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket,
+                                  response, *std::move(slot));
+  hub_->Join(*request, PeerHost(peer), ticket,
+             [this, reactor, peer, job_id = request->job_id(),
+              node_id = request->node().node_id()](absl::StatusOr<Assignment> result) {
+               if (!result.ok() && IsRefusal(result.status())) {
+                 LogRefusal("join", absl::StrCat(
+                                        "refused the join of node ", ForLog(node_id), " to job '",
+                                        ForLog(job_id), "' from ", ForLog(peer), ": ",
+                                        ForLog(result.status().message(), kMaxLoggedMessageBytes)));
+               }
+               reactor->Complete(std::move(result));
+             });
   return reactor;
 }
 
 grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackServerContext* context,
                                                                const WatchRequest* request) {
-  if (!Authenticated(context, "Watch")) return new RefusedWatch();
+  if (!Authenticated(context, "Watch")) {
+    return new RefusedWatch(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kRefusedMessage));
+  }
+  const std::string peer = context->peer();
+  absl::StatusOr<PeerLimits::Slot> slot = peers_.Acquire(peer, PeerLimits::Kind::kWatch);
+  if (!slot.ok()) {
+    LogRefusal("peer-limit",
+               absl::StrCat("refused a watch from ", ForLog(peer), ": ", slot.status().message()));
+    return new RefusedWatch(ToGrpcStatus(slot.status()));
+  }
   const uint64_t ticket = hub_->NewTicket();
   std::shared_ptr<WatchReactor> reactor =
-      WatchReactor::Create(hub_, {request->job_id(), request->node_id()}, ticket);
+      WatchReactor::Create(hub_, {request->job_id(), request->node_id()}, ticket, *std::move(slot));
   hub_->Watch(*request, ticket,
-              RendezvousHub::Watcher{
-                  [reactor](const WatchEvent& event) { reactor->Push(event); },
-                  [reactor](absl::Status status) { reactor->End(ToGrpcStatus(status)); }});
+              RendezvousHub::Watcher{[reactor](const WatchEvent& event) { reactor->Push(event); },
+                                     [this, reactor, peer, job_id = request->job_id(),
+                                      node_id = request->node_id()](absl::Status status) {
+                                       LogIfDenied("a watch", peer, job_id, node_id, status);
+                                       reactor->End(ToGrpcStatus(status));
+                                     }});
   return reactor.get();
 }
 
@@ -317,8 +357,10 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
                                                        const HeartbeatRequest* request,
                                                        HeartbeatResponse* response) {
   if (!Authenticated(context, "Heartbeat")) return Refuse(context);
-  absl::StatusOr<int64_t> round = hub_->Heartbeat({request->job_id(), request->node_id()});
+  absl::StatusOr<int64_t> round = hub_->Heartbeat(*request);
   if (round.ok()) response->set_round(*round);
+  LogIfDenied("a heartbeat", context->peer(), request->job_id(), request->node_id(),
+              round.status());
   return FinishNow(context, round.status());
 }
 
@@ -326,21 +368,27 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerC
                                                            const ReportFailureRequest* request,
                                                            ReportFailureResponse* response) {
   if (!Authenticated(context, "ReportFailure")) return Refuse(context);
-  return FinishNow(context, hub_->ReportFailure(*request));
+  const absl::Status status = hub_->ReportFailure(*request);
+  LogIfDenied("a failure report", context->peer(), request->job_id(), request->node_id(), status);
+  return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportDone(grpc::CallbackServerContext* context,
                                                         const ReportDoneRequest* request,
                                                         ReportDoneResponse* response) {
   if (!Authenticated(context, "ReportDone")) return Refuse(context);
-  return FinishNow(context, hub_->ReportDone(*request));
+  const absl::Status status = hub_->ReportDone(*request);
+  LogIfDenied("a done report", context->peer(), request->job_id(), request->node_id(), status);
+  return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* context,
                                                    const LeaveRequest* request,
                                                    LeaveResponse* response) {
   if (!Authenticated(context, "Leave")) return Refuse(context);
-  return FinishNow(context, hub_->Leave(*request));
+  const absl::Status status = hub_->Leave(*request);
+  LogIfDenied("a leave", context->peer(), request->job_id(), request->node_id(), status);
+  return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* context,
@@ -357,7 +405,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->ticker_ = CallbackTicker::Acquire();
   server->hub_ = std::make_shared<RendezvousHub>(options.hub);
-  server->service_ = std::make_unique<RendezvousService>(server->hub_, options.token);
+  server->service_ =
+      std::make_unique<RendezvousService>(server->hub_, options.token, options.per_peer);
   grpc::ServerBuilder builder;
   // Without this, gRPC sets SO_REUSEPORT and a second server on the same port
   // would silently share it instead of failing.

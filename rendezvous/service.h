@@ -13,10 +13,19 @@
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/callback_ticker.h"
 #include "rendezvous/hub.h"
+#include "rendezvous/log_limiter.h"
+#include "rendezvous/peer_limits.h"
 
 namespace muster::rdzv {
 
-// Translates gRPC calls to a RendezvousHub. Holds no state of its own.
+// What one client connection may hold open at once (see peer_limits.h).
+struct PeerBounds {
+  int pending_joins = 64;
+  int open_watches = 64;
+};
+
+// Translates gRPC calls to a RendezvousHub. Its only state: the calls each
+// connection holds open, and the rate of its own log lines.
 //
 // With a `token`, every call must carry `authorization: Bearer <token>`
 // metadata (token.h); any other call, whatever it asks, is answered
@@ -24,8 +33,8 @@ namespace muster::rdzv {
 // token lets every call in (as before tokens existed).
 class RendezvousService final : public Rendezvous::CallbackService {
  public:
-  explicit RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token = "");
-  ~RendezvousService() override;
+  explicit RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token = "",
+                             PeerBounds bounds = {});
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const JoinRequest* request,
                                  JoinResponse* response) override;
@@ -49,14 +58,22 @@ class RendezvousService final : public Rendezvous::CallbackService {
   class JoinReactor;
   class WatchReactor;
   class RefusedWatch;
-  class RefusalLog;
   // Whether the call carries the token (always, with none configured);
   // logs a refusal.
   bool Authenticated(grpc::CallbackServerContext* context, const char* method);
 
+  // Logs `line` (which must show client strings through ForLog) at warning
+  // level, at most 10 a second per `kind`, saying how many were left out.
+  void LogRefusal(absl::string_view kind, const std::string& line);
+  // Logs a call refused for want of the node's secret.
+  void LogIfDenied(absl::string_view call, const std::string& peer, const std::string& job_id,
+                   const std::string& node_id, const absl::Status& status);
+
   const std::shared_ptr<RendezvousHub> hub_;
   const std::string token_;
-  const std::unique_ptr<RefusalLog> refusals_;
+  PeerLimits peers_;
+  absl::Mutex log_mu_;
+  LogLimiter log_limiter_ ABSL_GUARDED_BY(log_mu_);
 };
 
 // What every refused call is told, whatever it carried and asked: it says
@@ -69,6 +86,8 @@ struct ServerOptions {
   // The hub's clock and timer thread (see HubOptions); the defaults are the
   // real clock and a thread. Tests put the server on a FakeClock.
   HubOptions hub;
+  // Pending joins and open watches per client connection.
+  PeerBounds per_peer;
 
   // The kernel probes every idle connection (TCP keepalive) this often, in
   // whole seconds, and resets it after `keepalive_probes` unanswered probes

@@ -2,18 +2,41 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "rendezvous/node_secret.h"
+#include "rendezvous/protocol.h"
 
 namespace muster::rdzv {
 namespace {
 
-constexpr size_t kMaxJobIdLength = 256;
-constexpr size_t kMaxNodeIdLength = 512;
+// At most this many node names in a message; the rest are counted.
+constexpr size_t kMaxNamedNodes = 16;
+// Printed at most per Advance; the rest are counted in one line.
+constexpr int kMaxForgottenLogged = 10;
 
 std::string FormatDuration(int64_t ms) { return absl::StrCat(ms / 1000.0, " s"); }
+
+bool HasControlCharacter(absl::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+}
+
+// Client text that goes into log lines and messages: cut, and control
+// characters (a newline that would forge a log line) shown as '?'.
+std::string CleanText(absl::string_view text, size_t max_bytes) {
+  std::string out = CutText(text, max_bytes);
+  for (char& c : out) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = '?';
+  }
+  return out;
+}
 
 std::string DescribeFailure(const Failure& failure) {
   std::string exit = failure.signal() != 0 ? absl::StrCat("signal ", failure.signal())
@@ -27,11 +50,51 @@ WatchEvent RoundChangedEvent(int64_t round, RoundChanged::Reason reason,
   RoundChanged* changed = event.mutable_round_changed();
   changed->set_new_round(round);
   changed->set_reason(reason);
-  changed->set_detail(detail);
+  changed->set_detail(CutText(detail, kMaxDetailBytes));
   return event;
 }
 
+absl::Status CheckHostField(absl::string_view field, absl::string_view value) {
+  if (value.size() > kMaxHostLength) {
+    return absl::InvalidArgumentError(absl::StrCat("the node's ", field, " is ", value.size(),
+                                                   " bytes long; a host name or address has at "
+                                                   "most ",
+                                                   kMaxHostLength));
+  }
+  if (HasControlCharacter(value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the node's ", field, " contains a control character; give a host name or address"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTimeout(absl::string_view name, int64_t ms, int64_t min_ms) {
+  if (ms < min_ms || ms > kMaxTimeoutMs) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is ", FormatDuration(ms), "; give ",
+                                                   FormatDuration(min_ms), " to ",
+                                                   FormatDuration(kMaxTimeoutMs), " (7 days)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WrongSecret(const NodeKey& key) {
+  return absl::PermissionDeniedError(absl::StrCat(
+      "the request for node ", key.node_id, " of job '", key.job_id,
+      "' does not carry that node's secret; a node speaks only for itself: only the agent that "
+      "joined as ",
+      key.node_id, " may heartbeat, watch, report or leave for it"));
+}
+
 }  // namespace
+
+std::string CutText(absl::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  // Room for the mark with any count of bytes cut (20 digits at most).
+  constexpr size_t kMarkRoom = sizeof("... [cut:  bytes]") - 1 + 20;
+  size_t keep = max_bytes > kMarkRoom ? max_bytes - kMarkRoom : 0;
+  while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;
+  return absl::StrCat(text.substr(0, keep), "... [cut: ", text.size() - keep, " bytes]");
+}
 
 absl::Status ValidateJobId(absl::string_view job_id) {
   if (job_id.empty()) {
@@ -58,12 +121,61 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat("bad node range ", config.min_nodes(), ":",
                                                    config.max_nodes(), "; need 0 < MIN <= MAX"));
   }
-  if (config.max_restarts() < 0) {
-    return absl::InvalidArgumentError("max_restarts must be >= 0");
+  if (config.max_nodes() > kMaxNodes) {
+    return absl::InvalidArgumentError(absl::StrCat("max_nodes (--nnodes) is ", config.max_nodes(),
+                                                   "; a job has at most ", kMaxNodes, " nodes"));
   }
-  if (config.last_call_timeout_ms() < 0 || config.join_timeout_ms() < 0 ||
-      config.heartbeat_timeout_ms() < 0) {
-    return absl::InvalidArgumentError("timeouts must be >= 0");
+  if (config.max_restarts() < 0 || config.max_restarts() > kMaxRestarts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_restarts is ", config.max_restarts(), "; give 0 to ", kMaxRestarts));
+  }
+  MUSTER_RETURN_IF_ERROR(CheckTimeout("last_call_timeout", config.last_call_timeout_ms(), 0));
+  MUSTER_RETURN_IF_ERROR(CheckTimeout("join_timeout", config.join_timeout_ms(), 0));
+  // A node must be able to die: a job without a heartbeat timeout would
+  // wait for a vanished node forever.
+  MUSTER_RETURN_IF_ERROR(
+      CheckTimeout("heartbeat_timeout", config.heartbeat_timeout_ms(), kMinHeartbeatTimeoutMs));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateJoinRequest(const JoinRequest& request) {
+  // First: an agent of another version may mean other things by the rest.
+  if (request.protocol_version() != kProtocolVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this agent speaks rendezvous protocol version ", request.protocol_version(),
+        request.protocol_version() == 0 ? " (a muster older than protocol versions)" : "",
+        ", the rendezvous speaks version ", kProtocolVersion,
+        "; run the same muster version on every node (and musterd)"));
+  }
+  MUSTER_RETURN_IF_ERROR(ValidateJobId(request.job_id()));
+  MUSTER_RETURN_IF_ERROR(ValidateJobConfig(request.config()));
+  const NodeInfo& info = request.node();
+  if (info.node_id().empty() || info.node_id().size() > kMaxNodeIdLength) {
+    return absl::InvalidArgumentError(absl::StrCat("the node id is ", info.node_id().size(),
+                                                   " bytes long; a join needs a node id of 1..",
+                                                   kMaxNodeIdLength, " bytes"));
+  }
+  if (HasControlCharacter(info.node_id())) {
+    return absl::InvalidArgumentError(
+        "the node id contains a control character; use printable characters");
+  }
+  if (request.node_secret().size() > kMaxNodeSecretLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the node secret is ", request.node_secret().size(),
+                     " bytes long; the server's secrets have at most ", kMaxNodeSecretLength));
+  }
+  MUSTER_RETURN_IF_ERROR(CheckHostField("host", info.host()));
+  MUSTER_RETURN_IF_ERROR(
+      CheckHostField("advertised address (--local-addr)", info.advertised_addr()));
+  if (info.local_world_size() <= 0 || info.local_world_size() > kMaxLocalWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("local_world_size (--nproc-per-node) is ",
+                                                   info.local_world_size(), "; a node runs 1 to ",
+                                                   kMaxLocalWorldSize, " workers"));
+  }
+  if (info.master_port_candidate() < 0 || info.master_port_candidate() > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("master_port_candidate is ",
+                                                   info.master_port_candidate(),
+                                                   "; give a TCP port 1..65535, or 0 for none"));
   }
   return absl::OkStatus();
 }
@@ -73,7 +185,8 @@ RendezvousState::Job* RendezvousState::FindJob(absl::string_view job_id) {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-absl::StatusOr<RendezvousState::Job*> RendezvousState::FindLiveNode(const NodeKey& key) {
+absl::StatusOr<RendezvousState::Job*> RendezvousState::FindLiveNode(const NodeKey& key,
+                                                                    absl::string_view secret) {
   Job* job = FindJob(key.job_id);
   if (job == nullptr) {
     return absl::NotFoundError(absl::StrCat("no job '", key.job_id, "' on this server"));
@@ -82,57 +195,101 @@ absl::StatusOr<RendezvousState::Job*> RendezvousState::FindLiveNode(const NodeKe
     return absl::FailedPreconditionError(
         absl::StrCat("job '", job->id, "' is closed: ", job->close_reason));
   }
-  if (!job->nodes.contains(key.node_id)) {
+  auto node = job->nodes.find(key.node_id);
+  if (node == job->nodes.end()) {
     return absl::NotFoundError(
         absl::StrCat("node ", key.node_id, " is not part of job '", job->id, "'"));
   }
+  if (!ConstantTimeEquals(node->second.secret, secret)) return WrongSecret(key);
   return job;
 }
 
 absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view peer_addr,
-                                   absl::Time now, Effects* effects) {
-  MUSTER_RETURN_IF_ERROR(ValidateJobId(request.job_id()));
-  MUSTER_RETURN_IF_ERROR(ValidateJobConfig(request.config()));
+                                   absl::string_view new_secret, absl::Time now, Effects* effects) {
+  MUSTER_RETURN_IF_ERROR(ValidateJoinRequest(request));
   const NodeInfo& info = request.node();
-  if (info.node_id().empty() || info.node_id().size() > kMaxNodeIdLength) {
-    return absl::InvalidArgumentError("a join needs a node id of 1..512 characters");
-  }
-  if (info.local_world_size() <= 0) {
-    return absl::InvalidArgumentError("a node needs at least one worker (local_world_size > 0)");
+
+  // Every check first: a refused join changes nothing.
+  Job* existing = FindJob(request.job_id());
+  if (existing != nullptr) {
+    const Job& job = *existing;
+    if (job.phase == Phase::kClosed) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", job.id, "' is closed (", job.close_reason,
+                       "); start a new job with a different --rdzv-id"));
+    }
+    const JobConfig& want = job.config;
+    const JobConfig& got = request.config();
+    if (got.min_nodes() != want.min_nodes() || got.max_nodes() != want.max_nodes() ||
+        got.max_restarts() != want.max_restarts()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", job.id, "' runs with --nnodes ", want.min_nodes(), ":", want.max_nodes(),
+          " --max-restarts ", want.max_restarts(), ", but this node asked for --nnodes ",
+          got.min_nodes(), ":", got.max_nodes(), " --max-restarts ", got.max_restarts(),
+          "; give every node the same values, or use another --rdzv-id"));
+    }
+    int64_t workers = job.live_workers + info.local_world_size();
+    if (auto live = job.nodes.find(info.node_id()); live != job.nodes.end()) {
+      if (!ConstantTimeEquals(live->second.secret, request.node_secret())) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "node id ", info.node_id(), " is held by another agent in job '", job.id,
+            "'; a node speaks only for itself: every agent needs its own node id (muster makes "
+            "one per agent; is a copy of this agent's requests being replayed?)"));
+      }
+      workers -= live->second.info.local_world_size();
+    }
+    if (workers > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job '", job.id, "' would have ", workers,
+                       " workers with this node; a world size has at most ",
+                       std::numeric_limits<int32_t>::max()));
+    }
+  } else if (open_jobs_ >= options_.max_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the rendezvous holds ", open_jobs_, " open jobs, its most (musterd --max-jobs ",
+        options_.max_jobs, "); wait for jobs to end, or run musterd with a larger --max-jobs"));
   }
 
   auto [it, created] = jobs_.try_emplace(request.job_id());
   Job& job = it->second;
   if (created) {
+    ++open_jobs_;
     job.id = request.job_id();
     job.config = request.config();
+    job.empty_since = now;
     effects->log.push_back(absl::StrCat("job '", job.id, "' created: nodes ",
                                         job.config.min_nodes(), ":", job.config.max_nodes(),
                                         ", max_restarts ", job.config.max_restarts()));
   }
-  if (job.phase == Phase::kClosed) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", job.id, "' is closed (", job.close_reason,
-                     "); start a new job with a different --rdzv-id"));
-  }
-  const JobConfig& want = job.config;
-  const JobConfig& got = request.config();
-  if (got.min_nodes() != want.min_nodes() || got.max_nodes() != want.max_nodes() ||
-      got.max_restarts() != want.max_restarts()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", job.id, "' runs with --nnodes ", want.min_nodes(), ":", want.max_nodes(),
-        " --max-restarts ", want.max_restarts(), ", but this node asked for --nnodes ",
-        got.min_nodes(), ":", got.max_nodes(), " --max-restarts ", got.max_restarts(),
-        "; give every node the same values, or use another --rdzv-id"));
-  }
 
-  Node& node = job.nodes[info.node_id()];
+  auto [node_it, is_new] = job.nodes.try_emplace(info.node_id());
+  Node& node = node_it->second;
+  if (is_new) {
+    node.secret = std::string(new_secret);
+  } else {
+    job.live_workers -= node.info.local_world_size();
+  }
+  job.live_workers += info.local_world_size();
   node.info = info;
   node.addr = info.advertised_addr().empty() ? std::string(peer_addr) : info.advertised_addr();
   node.last_seen = now;
   node.join_seq = job.next_join_seq++;
 
   if (job.phase == Phase::kOpen) {
+    job.waiting.erase(info.node_id());  // a spare that joins again
+    if (!job.joined.contains(info.node_id()) && !job.expected.contains(info.node_id())) {
+      // A member rejoining a restart round keeps its seat: a newcomer takes
+      // only a seat no member holds.
+      int held = 0;
+      for (const std::string& id : job.expected) held += job.joined.contains(id) ? 0 : 1;
+      if (static_cast<int>(job.joined.size()) + held >= job.config.max_nodes()) {
+        job.waiting.insert(info.node_id());
+        effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
+                                            " waits; the seats of round ", job.round,
+                                            " are held for its members"));
+        return absl::OkStatus();
+      }
+    }
     if (job.joined.empty()) {
       job.open_since = now;
       effects->rearm_timer = true;
@@ -144,8 +301,7 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
 
   // The round is running. A participant that joins again has lost its
   // workers; anyone else waits for the next round.
-  const bool participant = std::find(job.participants.begin(), job.participants.end(),
-                                     info.node_id()) != job.participants.end();
+  const bool participant = IsParticipant(job, info.node_id());
   job.waiting.insert(info.node_id());
   if (!job.done.empty()) {
     // Part of the job has finished: a new round would run it again.
@@ -165,8 +321,15 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> RendezvousState::Heartbeat(const NodeKey& key, absl::Time now) {
-  absl::StatusOr<Job*> job = FindLiveNode(key);
+void RendezvousState::CancelJoin(const NodeKey& key, absl::Time now, Effects* effects) {
+  Job* job = FindJob(key.job_id);
+  if (job == nullptr || job->phase == Phase::kClosed) return;
+  RemoveNode(*job, key.node_id, "cancelled its join", now, effects);
+}
+
+absl::StatusOr<int64_t> RendezvousState::Heartbeat(const NodeKey& key, absl::string_view secret,
+                                                   absl::Time now) {
+  absl::StatusOr<Job*> job = FindLiveNode(key, secret);
   if (!job.ok()) return job.status();
   (*job)->nodes[key.node_id].last_seen = now;
   return (*job)->round;
@@ -185,10 +348,10 @@ void RendezvousState::SetWatching(const NodeKey& key, bool watching, absl::Time 
   }
 }
 
-absl::Status RendezvousState::ReportFailure(const NodeKey& key, int64_t round,
-                                            const Failure& failure, absl::Time now,
+absl::Status RendezvousState::ReportFailure(const NodeKey& key, absl::string_view secret,
+                                            int64_t round, const Failure& reported, absl::Time now,
                                             Effects* effects) {
-  absl::StatusOr<Job*> found = FindLiveNode(key);
+  absl::StatusOr<Job*> found = FindLiveNode(key, secret);
   if (!found.ok()) {
     // A failure report racing the job's close is expected; the close already said it all.
     return absl::IsFailedPrecondition(found.status()) ? absl::OkStatus() : found.status();
@@ -198,6 +361,10 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, int64_t round,
   if (round != job.round || job.phase != Phase::kRunning || !IsParticipant(job, key.node_id)) {
     return absl::OkStatus();  // stale: the job already moved on
   }
+  // A real traceback can be long: cut, never refused, or the report is lost.
+  Failure failure = reported;
+  failure.set_message(CutText(reported.message(), kMaxFailureMessageBytes));
+  failure.set_host(CleanText(reported.host(), kMaxHostLength));
   const std::string detail = DescribeFailure(failure);
   if (!job.done.empty()) {
     Close(job, false,
@@ -218,9 +385,9 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, int64_t round,
   return absl::OkStatus();
 }
 
-absl::Status RendezvousState::ReportDone(const NodeKey& key, int64_t round, absl::Time now,
-                                         Effects* effects) {
-  absl::StatusOr<Job*> found = FindLiveNode(key);
+absl::Status RendezvousState::ReportDone(const NodeKey& key, absl::string_view secret,
+                                         int64_t round, absl::Time now, Effects* effects) {
+  absl::StatusOr<Job*> found = FindLiveNode(key, secret);
   if (!found.ok()) return found.status();
   Job& job = **found;
   job.nodes[key.node_id].last_seen = now;
@@ -238,48 +405,62 @@ absl::Status RendezvousState::ReportDone(const NodeKey& key, int64_t round, absl
   return absl::OkStatus();
 }
 
-absl::Status RendezvousState::Leave(const NodeKey& key, absl::string_view reason, absl::Time now,
-                                    Effects* effects) {
-  absl::StatusOr<Job*> found = FindLiveNode(key);
+absl::Status RendezvousState::Leave(const NodeKey& key, absl::string_view secret,
+                                    absl::string_view reason, absl::Time now, Effects* effects) {
+  absl::StatusOr<Job*> found = FindLiveNode(key, secret);
   if (!found.ok()) {
     return absl::IsFailedPrecondition(found.status()) ? absl::OkStatus() : found.status();
   }
-  RemoveNode(**found, key.node_id, absl::StrCat("left", reason.empty() ? "" : ": ", reason), now,
-             effects);
+  RemoveNode(**found, key.node_id,
+             absl::StrCat("left", reason.empty() ? "" : ": ", CleanText(reason, kMaxReasonBytes)),
+             now, effects);
   return absl::OkStatus();
 }
 
 void RendezvousState::Advance(absl::Time now, Effects* effects) {
   // A closed job is kept a while, so that late nodes learn it is over, then
   // forgotten: a long-lived server does not grow, and the id can be used again.
+  // A job nobody is in (they left, were lost, or never got in) is forgotten
+  // too: joins that are cancelled at once cannot fill the server with jobs.
+  int forgotten = 0;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = it->second;
-    if (job.phase == Phase::kClosed) {
-      if (now - job.closed_at >= kClosedJobRetention) {
-        effects->log.push_back(absl::StrCat("job '", job.id, "' forgotten"));
-        it = jobs_.erase(it);
-        continue;
-      }
+    const bool closed = job.phase == Phase::kClosed;
+    const bool expired = closed
+                             ? now - job.closed_at >= kClosedJobRetention
+                             : job.nodes.empty() && now - job.empty_since >= EmptyJobLifetime(job);
+    if (!expired) {
+      ++it;
+      continue;
     }
-    ++it;
+    if (++forgotten <= kMaxForgottenLogged) {
+      effects->log.push_back(
+          closed ? absl::StrCat("job '", job.id, "' forgotten")
+                 : absl::StrCat("job '", job.id, "' forgotten: no node in it for ",
+                                FormatDuration(absl::ToInt64Milliseconds(EmptyJobLifetime(job)))));
+    }
+    if (!closed) --open_jobs_;
+    it = jobs_.erase(it);
+  }
+  if (forgotten > kMaxForgottenLogged) {
+    effects->log.push_back(
+        absl::StrCat("and ", forgotten - kMaxForgottenLogged, " more jobs forgotten"));
   }
   for (auto& [id, job] : jobs_) {
     if (job.phase == Phase::kClosed) continue;
     // Heartbeats first: a dead node must not complete a round.
-    if (job.config.heartbeat_timeout_ms() > 0) {
-      const absl::Duration timeout = absl::Milliseconds(job.config.heartbeat_timeout_ms());
-      std::vector<std::string> dead;
-      for (const auto& [node_id, node] : job.nodes) {
-        if (NeedsHeartbeat(job, node_id, node) && now - node.last_seen >= timeout) {
-          dead.push_back(node_id);
-        }
+    const absl::Duration timeout = absl::Milliseconds(job.config.heartbeat_timeout_ms());
+    std::vector<std::string> dead;
+    for (const auto& [node_id, node] : job.nodes) {
+      if (NeedsHeartbeat(job, node_id, node) && now - node.last_seen >= timeout) {
+        dead.push_back(node_id);
       }
-      for (const std::string& node_id : dead) {
-        if (job.phase == Phase::kClosed) break;
-        RemoveNode(job, node_id,
-                   absl::StrCat("silent for ", FormatDuration(job.config.heartbeat_timeout_ms())),
-                   now, effects);
-      }
+    }
+    for (const std::string& node_id : dead) {
+      if (job.phase == Phase::kClosed) break;
+      RemoveNode(job, node_id,
+                 absl::StrCat("silent for ", FormatDuration(job.config.heartbeat_timeout_ms())),
+                 now, effects);
     }
     if (job.phase != Phase::kOpen) continue;
     MaybeComplete(job, now, effects);
@@ -291,9 +472,12 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
       for (const std::string& node_id : job.expected) {
         if (!job.joined.contains(node_id)) missing.insert(node_id);
       }
-      std::string missing_names = DescribeNodes(job, missing);
-      for (const std::string& host : job.lost) {
-        absl::StrAppend(&missing_names, missing_names.empty() ? "" : ", ", host, " (lost)");
+      std::vector<std::string> names = DescribeNodes(job, missing);
+      for (const std::string& host : job.lost) names.push_back(absl::StrCat(host, " (lost)"));
+      std::string missing_names = absl::StrJoin(
+          names.begin(), names.begin() + std::min(names.size(), kMaxNamedNodes), ", ");
+      if (names.size() > kMaxNamedNodes) {
+        absl::StrAppend(&missing_names, " and ", names.size() - kMaxNamedNodes, " more");
       }
       std::string reason =
           absl::StrCat("join timeout: ", job.joined.size(), " of at least ", job.config.min_nodes(),
@@ -314,11 +498,10 @@ std::optional<absl::Time> RendezvousState::NextDeadline() const {
       consider(job.closed_at + kClosedJobRetention);
       continue;
     }
-    if (job.config.heartbeat_timeout_ms() > 0) {
-      for (const auto& [node_id, node] : job.nodes) {
-        if (!NeedsHeartbeat(job, node_id, node)) continue;
-        consider(node.last_seen + absl::Milliseconds(job.config.heartbeat_timeout_ms()));
-      }
+    if (job.nodes.empty()) consider(job.empty_since + EmptyJobLifetime(job));
+    for (const auto& [node_id, node] : job.nodes) {
+      if (!NeedsHeartbeat(job, node_id, node)) continue;
+      consider(node.last_seen + absl::Milliseconds(job.config.heartbeat_timeout_ms()));
     }
     if (job.phase == Phase::kOpen) {
       if (job.last_call_deadline) consider(*job.last_call_deadline);
@@ -354,11 +537,12 @@ absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id,
       response.set_last_call_remaining_ms(
           std::max<int64_t>(0, absl::ToInt64Milliseconds(*job.last_call_deadline - *now)));
     }
-    constexpr int kMaxNamed = 16;
     int missing = 0;
     for (const std::string& node_id : job.expected) {
       if (job.joined.contains(node_id)) continue;
-      if (++missing <= kMaxNamed) response.add_missing(job.nodes.at(node_id).info.host());
+      if (++missing <= static_cast<int>(kMaxNamedNodes)) {
+        response.add_missing(job.nodes.at(node_id).info.host());  // each kMaxHostLength at most
+      }
     }
     response.set_missing_count(missing);
   }
@@ -366,14 +550,26 @@ absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id,
 }
 
 absl::StatusOr<std::optional<WatchEvent>> RendezvousState::CatchUp(const NodeKey& key,
+                                                                   absl::string_view secret,
                                                                    int64_t known_round) const {
   auto it = jobs_.find(key.job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("no job '", key.job_id, "' on this server"));
   }
   const Job& job = it->second;
-  if (job.phase == Phase::kClosed) return job.closed_event;
-  if (!job.nodes.contains(key.node_id)) {
+  auto node = job.nodes.find(key.node_id);
+  if (node != job.nodes.end() && !ConstantTimeEquals(node->second.secret, secret)) {
+    return WrongSecret(key);
+  }
+  if (job.phase == Phase::kClosed) {
+    if (node != job.nodes.end() || !job.closed_event) return job.closed_event;
+    // A node that is no longer in the job learns what a join would: that it
+    // closed and why, not the worker's message.
+    WatchEvent event = *job.closed_event;
+    event.mutable_job_closed()->mutable_root_cause()->clear_message();
+    return event;
+  }
+  if (node == job.nodes.end()) {
     return absl::NotFoundError(
         absl::StrCat("node ", key.node_id, " is not part of job '", job.id, "'"));
   }
@@ -411,7 +607,38 @@ void RendezvousState::MaybeComplete(Job& job, absl::Time now, Effects* effects) 
                                           FormatDuration(job.config.last_call_timeout_ms())));
     }
   }
-  if (now >= *job.last_call_deadline) CompleteRound(job, now, effects);
+  if (now >= *job.last_call_deadline) {
+    // The members that are not back by the last call give up their seats.
+    SeatSpares(job, /*hold_for_expected=*/false, now);
+    CompleteRound(job, now, effects);
+  }
+}
+
+void RendezvousState::SeatSpares(Job& job, bool hold_for_expected, absl::Time now) {
+  if (job.waiting.empty()) return;
+  int held = 0;
+  if (hold_for_expected) {
+    for (const std::string& id : job.expected) held += job.joined.contains(id) ? 0 : 1;
+  }
+  const int free = job.config.max_nodes() - static_cast<int>(job.joined.size()) - held;
+  if (free <= 0) return;
+  std::vector<const std::string*> spares;
+  for (const std::string& id : job.waiting) spares.push_back(&id);
+  std::sort(spares.begin(), spares.end(), [&job](const std::string* a, const std::string* b) {
+    return job.nodes.at(*a).join_seq < job.nodes.at(*b).join_seq;
+  });
+  if (static_cast<int>(spares.size()) > free) spares.resize(free);
+  if (job.joined.empty()) job.open_since = now;
+  std::vector<std::string> seated;
+  for (const std::string* id : spares) seated.push_back(*id);
+  for (const std::string& id : seated) {
+    job.waiting.erase(id);
+    job.joined.insert(id);
+  }
+}
+
+absl::Duration RendezvousState::EmptyJobLifetime(const Job& job) const {
+  return std::min(absl::Milliseconds(job.config.join_timeout_ms()), options_.max_join_timeout);
 }
 
 void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) {
@@ -433,6 +660,7 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
     return a->join_seq < b->join_seq;
   });
 
+  // Fits: Join keeps the sum over the job's live nodes within int32.
   int world_size = 0;
   for (const Node* node : order) world_size += node->info.local_world_size();
   const Node& master = *order.front();
@@ -461,6 +689,7 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
     assignment.set_world_size(world_size);
     assignment.set_master_addr(master.addr);
     assignment.set_master_port(master.info.master_port_candidate());
+    assignment.set_node_secret(node.secret);
     effects->assigned.emplace_back(NodeKey{job.id, node.info.node_id()}, std::move(assignment));
     rank_base += node.info.local_world_size();
   }
@@ -488,36 +717,42 @@ void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
     effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
   }
   job.participants.clear();
-  // Waiting nodes are pending joins already: they are in this round, up to MAX.
+  // Waiting nodes are pending joins already. Members that joined again while
+  // the round ran are back; spares take only the seats no member holds.
   for (auto it = job.waiting.begin(); it != job.waiting.end();) {
-    if (static_cast<int>(job.joined.size()) >= job.config.max_nodes()) break;
-    job.joined.insert(*it);
-    job.expected.erase(*it);  // already here
-    it = job.waiting.erase(it);
+    if (job.expected.contains(*it)) {
+      job.joined.insert(*it);
+      it = job.waiting.erase(it);
+    } else {
+      ++it;
+    }
   }
-  effects->log.push_back(absl::StrCat("job '", job.id, "' round ", job.round, " opened: ", detail));
+  SeatSpares(job, /*hold_for_expected=*/true, now);
+  effects->log.push_back(absl::StrCat("job '", job.id, "' round ", job.round,
+                                      " opened: ", event.round_changed().detail()));
   if (!job.joined.empty()) MaybeComplete(job, now, effects);
 }
 
 void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
                             const std::optional<Failure>& root_cause, absl::Time now,
                             Effects* effects, absl::StatusCode pending_join_code) {
+  if (job.phase != Phase::kClosed) --open_jobs_;
   job.phase = Phase::kClosed;
   job.closed_at = now;
   effects->rearm_timer = true;  // the retention deadline
   job.succeeded = succeeded;
-  job.close_reason = reason;
+  job.close_reason = CutText(reason, kMaxDetailBytes);
   WatchEvent event;
   JobClosed* closed = event.mutable_job_closed();
   closed->set_succeeded(succeeded);
-  closed->set_reason(reason);
+  closed->set_reason(job.close_reason);
   if (root_cause) *closed->mutable_root_cause() = *root_cause;
   job.closed_event = event;
   for (const auto& [node_id, node] : job.nodes) {
     effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
   }
-  const absl::Status refused =
-      absl::Status(pending_join_code, absl::StrCat("job '", job.id, "' is closed (", reason, ")"));
+  const absl::Status refused = absl::Status(
+      pending_join_code, absl::StrCat("job '", job.id, "' is closed (", job.close_reason, ")"));
   for (const std::string& node_id : job.joined) {
     effects->join_failed.emplace_back(NodeKey{job.id, node_id}, refused);
   }
@@ -529,7 +764,7 @@ void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
   job.expected.clear();
   job.last_call_deadline.reset();
   effects->log.push_back(absl::StrCat("job '", job.id, "' closed, ",
-                                      succeeded ? "succeeded" : "failed", ": ", reason));
+                                      succeeded ? "succeeded" : "failed", ": ", job.close_reason));
 }
 
 void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std::string& why,
@@ -538,7 +773,9 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   if (node_it == job.nodes.end()) return;
   const std::string host = node_it->second.info.host();
   effects->rearm_timer = true;
+  job.live_workers -= node_it->second.info.local_world_size();
   job.nodes.erase(node_it);
+  if (job.nodes.empty()) job.empty_since = now;
   job.lost.push_back(host);
   job.waiting.erase(node_id);
   job.expected.erase(node_id);
@@ -574,6 +811,8 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   }
   effects->log.push_back(absl::StrCat("job '", job.id, "': ", detail));
   if (job.phase == Phase::kOpen) {
+    // A member that is gone frees its seat for a spare.
+    SeatSpares(job, /*hold_for_expected=*/true, now);
     if (job.joined.empty() && job.expected.empty() && job.waiting.empty() &&
         job.participants.empty()) {
       job.open_since = absl::InfiniteFuture();
@@ -596,13 +835,14 @@ bool RendezvousState::NeedsHeartbeat(const Job& job, const std::string& node_id,
          !job.done.contains(node_id);
 }
 
-std::string RendezvousState::DescribeNodes(const Job& job, const std::set<std::string>& ids) const {
+std::vector<std::string> RendezvousState::DescribeNodes(const Job& job,
+                                                        const std::set<std::string>& ids) const {
   std::vector<std::string> names;
   for (const std::string& id : ids) {
     auto it = job.nodes.find(id);
     names.push_back(it == job.nodes.end() ? id : it->second.info.host());
   }
-  return absl::StrJoin(names, ", ");
+  return names;
 }
 
 }  // namespace muster::rdzv

@@ -50,54 +50,114 @@ struct Effects {
   }
 };
 
+// What a join may carry: bounds on every field, so that what a client sends
+// cannot make the server hold, log or send back more than a few KiB.
+inline constexpr size_t kMaxJobIdLength = 256;
+inline constexpr size_t kMaxNodeIdLength = 512;
+inline constexpr size_t kMaxHostLength = 255;  // host and advertised_addr
+inline constexpr int32_t kMaxLocalWorldSize = 65536;
+inline constexpr int32_t kMaxNodes = 65536;
+inline constexpr int32_t kMaxRestarts = 1'000'000;
+inline constexpr int64_t kMinHeartbeatTimeoutMs = 1'000;
+inline constexpr int64_t kMaxTimeoutMs = 7 * 24 * 3600 * 1000LL;  // 7 days
+// A failure's message (a worker's traceback) is kept up to this size, cut
+// beyond it; never refused.
+inline constexpr size_t kMaxFailureMessageBytes = 64 * 1024;
+// Every other text the server builds from client input and sends back (a
+// round change's detail, a close reason, a leave reason): short enough to
+// travel in a gRPC status, whose message goes in an 8 KiB header block
+// percent-encoded (up to 3 bytes per byte).
+inline constexpr size_t kMaxDetailBytes = 2048;
+inline constexpr size_t kMaxReasonBytes = 256;
+
 // Checks a job id: 1..256 printable ASCII characters with no white space.
 absl::Status ValidateJobId(absl::string_view job_id);
-// Checks a job's rules: 0 < min <= max, max_restarts >= 0, timeouts >= 0.
+// Checks a job's rules: 0 < min <= max <= 65536, 0 <= max_restarts <=
+// 1,000,000, timeouts 0..7 days, heartbeat_timeout at least 1 s.
 absl::Status ValidateJobConfig(const JobConfig& config);
+// Checks a whole join: the protocol version (kFailedPrecondition when it is
+// not this build's), the job id, its config and the node's fields
+// (kInvalidArgument, naming the field and its bound).
+absl::Status ValidateJoinRequest(const JoinRequest& request);
+
+// `text` if it fits in `max_bytes`, else its start and "... [cut: N bytes]",
+// `max_bytes` at most in all. Never splits a UTF-8 character.
+std::string CutText(absl::string_view text, size_t max_bytes);
 
 // How long a closed job is remembered before Advance forgets it.
 inline constexpr absl::Duration kClosedJobRetention = absl::Minutes(10);
 
+// What a server lets its clients make it hold.
+struct StateOptions {
+  // A job with no live node (every node left, was lost, or cancelled its
+  // join) is forgotten once its join_timeout has passed with no node in it,
+  // or this long, whichever is shorter: a client's join_timeout cannot keep
+  // an empty job for longer.
+  absl::Duration max_join_timeout = absl::Hours(1);
+  // Open (not yet closed) jobs at most; a join that would open one more is
+  // refused with kResourceExhausted.
+  size_t max_jobs = 10'000;
+};
+
 class RendezvousState {
  public:
-  RendezvousState() = default;
+  explicit RendezvousState(StateOptions options = {}) : options_(options) {}
   RendezvousState(const RendezvousState&) = delete;
   RendezvousState& operator=(const RendezvousState&) = delete;
 
   // A node asks to be in the job's next round. OK means the join is pending:
   // its Assignment arrives in `effects` now or from a later call. `peer_addr`
   // is the address the server saw, used when the node advertises none.
+  // `new_secret` becomes the node's secret if the node is not live in the
+  // job (the caller draws it: NewNodeSecret; this class has no randomness);
+  // a live node keeps its own, and its join must present it. Every
+  // Assignment carries the node's secret.
   // Errors: kInvalidArgument bad request; kFailedPrecondition the job is
-  // closed, or the node's config differs from the job's.
-  absl::Status Join(const JoinRequest& request, absl::string_view peer_addr, absl::Time now,
-                    Effects* effects);
+  // closed, the node's config differs from the job's, or another protocol
+  // version; kPermissionDenied a join for a live node without its secret;
+  // kResourceExhausted the join would open more than max_jobs jobs.
+  // A refused join changes nothing.
+  absl::Status Join(const JoinRequest& request, absl::string_view peer_addr,
+                    absl::string_view new_secret, absl::Time now, Effects* effects);
+
+  // The pending join of `node` was cancelled by its caller: nobody waits for
+  // its answer, so the node leaves the job. For the server only, which knows
+  // the call was that node's (it holds the call); no secret.
+  void CancelJoin(const NodeKey& node, absl::Time now, Effects* effects);
+
+  // Every call below for a node must present the node's secret (`secret`),
+  // else it fails with kPermissionDenied and changes nothing.
 
   // Marks the node alive. Returns the job's current round.
   // Errors: kNotFound unknown job or node; kFailedPrecondition job closed.
-  absl::StatusOr<int64_t> Heartbeat(const NodeKey& node, absl::Time now);
+  absl::StatusOr<int64_t> Heartbeat(const NodeKey& node, absl::string_view secret, absl::Time now);
 
   // The node's watch stream opened or ended. While it is open the node needs
   // no heartbeats: the stream is its heartbeat (the server's connection
   // keepalive ends it when the host vanishes). When it ends, the node's
-  // heartbeat timeout starts from `now`. Unknown nodes are ignored.
+  // heartbeat timeout starts from `now`. Unknown nodes are ignored. No
+  // secret: the server calls it for a watch CatchUp accepted.
   void SetWatching(const NodeKey& node, bool watching, absl::Time now, Effects* effects);
 
   // A worker of `node` failed in `round`. The first report of a running round
   // opens the next one (using a restart) or, with restarts spent, closes the
   // job as failed. Reports for an older round are ignored.
-  absl::Status ReportFailure(const NodeKey& node, int64_t round, const Failure& failure,
-                             absl::Time now, Effects* effects);
+  // A message over kMaxFailureMessageBytes is cut, not refused.
+  absl::Status ReportFailure(const NodeKey& node, absl::string_view secret, int64_t round,
+                             const Failure& failure, absl::Time now, Effects* effects);
 
   // Every worker of `node` succeeded in `round`. The job closes as succeeded
   // once every participant is done.
-  absl::Status ReportDone(const NodeKey& node, int64_t round, absl::Time now, Effects* effects);
+  absl::Status ReportDone(const NodeKey& node, absl::string_view secret, int64_t round,
+                          absl::Time now, Effects* effects);
 
   // The node leaves on purpose (its agent was stopped). No restart is used.
-  absl::Status Leave(const NodeKey& node, absl::string_view reason, absl::Time now,
-                     Effects* effects);
+  absl::Status Leave(const NodeKey& node, absl::string_view secret, absl::string_view reason,
+                     absl::Time now, Effects* effects);
 
   // Runs every timer that has expired by `now`: last call, join timeout,
-  // heartbeat timeout.
+  // heartbeat timeout, and forgets closed jobs past their retention and
+  // empty jobs past StateOptions::max_join_timeout.
   void Advance(absl::Time now, Effects* effects);
 
   // The earliest time at which Advance has something to do, if any.
@@ -109,17 +169,23 @@ class RendezvousState {
 
   // For a node opening its watch stream while it believes it is in
   // `known_round`: the event it missed, if the job moved on (closed, or a
-  // later round). Errors: kNotFound unknown job or node.
-  absl::StatusOr<std::optional<WatchEvent>> CatchUp(const NodeKey& node, int64_t known_round) const;
+  // later round). A node no longer in a closed job learns that it closed and
+  // why, but not the root cause's message. Errors: kNotFound unknown job or
+  // node; kPermissionDenied wrong secret.
+  absl::StatusOr<std::optional<WatchEvent>> CatchUp(const NodeKey& node, absl::string_view secret,
+                                                    int64_t known_round) const;
 
   size_t job_count() const { return jobs_.size(); }
+  // Jobs not closed yet: what StateOptions::max_jobs bounds.
+  size_t open_job_count() const { return open_jobs_; }
 
  private:
   enum class Phase { kOpen, kRunning, kClosed };
 
   struct Node {
     NodeInfo info;
-    std::string addr;  // advertised, else the peer address
+    std::string secret;  // what every call for the node must present
+    std::string addr;    // advertised, else the peer address
     absl::Time last_seen;
     int64_t join_seq = 0;
     bool watching = false;  // its watch stream is open: it needs no heartbeats
@@ -139,6 +205,8 @@ class RendezvousState {
     std::set<std::string> expected;         // open restart round: who must rejoin
     std::set<std::string> done;             // running round: nodes whose workers all succeeded
     std::vector<std::string> lost;          // hosts lost since the last round formed
+    int64_t live_workers = 0;               // sum of local_world_size over `nodes`
+    absl::Time empty_since;                 // when `nodes` last became empty
     absl::Time open_since = absl::InfiniteFuture();
     std::optional<absl::Time> last_call_deadline;
     bool succeeded = false;
@@ -149,7 +217,14 @@ class RendezvousState {
   };
 
   Job* FindJob(absl::string_view job_id);
-  absl::StatusOr<Job*> FindLiveNode(const NodeKey& node);
+  // The job of a live node whose request presents `secret`.
+  absl::StatusOr<Job*> FindLiveNode(const NodeKey& node, absl::string_view secret);
+  // Seats waiting nodes (spares) in the open round, first come first
+  // served, in the seats left: with `hold_for_expected`, the seats of the
+  // last round's members that have not rejoined yet are not free.
+  void SeatSpares(Job& job, bool hold_for_expected, absl::Time now);
+  // How long an empty job is kept.
+  absl::Duration EmptyJobLifetime(const Job& job) const;
   void MaybeComplete(Job& job, absl::Time now, Effects* effects);
   void CompleteRound(Job& job, absl::Time now, Effects* effects);
   void OpenNextRound(Job& job, RoundChanged::Reason reason, const std::string& detail,
@@ -160,12 +235,15 @@ class RendezvousState {
              absl::StatusCode pending_join_code = absl::StatusCode::kFailedPrecondition);
   void RemoveNode(Job& job, const std::string& node_id, const std::string& why, absl::Time now,
                   Effects* effects);
-  std::string DescribeNodes(const Job& job, const std::set<std::string>& ids) const;
+  // The hosts of `ids`, for messages.
+  std::vector<std::string> DescribeNodes(const Job& job, const std::set<std::string>& ids) const;
   static bool IsParticipant(const Job& job, const std::string& node_id);
   // Whether the heartbeat timer applies to the node.
   static bool NeedsHeartbeat(const Job& job, const std::string& node_id, const Node& node);
 
+  const StateOptions options_;
   std::map<std::string, Job, std::less<>> jobs_;
+  size_t open_jobs_ = 0;
 };
 
 }  // namespace muster::rdzv

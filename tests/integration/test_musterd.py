@@ -174,7 +174,8 @@ class BadInput(MusterdTest):
 
     def test_rdzv_id_of_one_megabyte_is_refused_by_musterd(self):
         musterd, port = self.start_musterd()
-        join = proto_string(1, "j" * (1 << 20))  # JoinRequest.job_id
+        # JoinRequest.job_id, and protocol_version 1 (field 5, a varint)
+        join = proto_string(1, "j" * (1 << 20)) + varint(5 << 3) + varint(1)
         status, message = grpc_unary(port, "/muster.rdzv.Rendezvous/Join", join)
         self.assertEqual(status, 3, message)  # INVALID_ARGUMENT
         self.assertIn("job id (--rdzv-id) is 1048576 characters long", message)
@@ -222,14 +223,17 @@ class Daemon(MusterdTest):
     def test_help_and_version(self):
         result = run([MUSTERD, "--help"], timeout=10)
         self.assertEqual(result.returncode, 0, result.stderr)
-        for text in ("--listen", "--port", "29400", "Exit status"):
+        for text in ("--listen", "--port", "29400", "--max-join-timeout", "--max-jobs",
+                     "Exit status"):
             self.assertIn(text, result.stdout)
         result = run([MUSTERD, "--version"], timeout=10)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertRegex(result.stdout, r"^musterd \d+\.\d+")
 
     def test_bad_flags_exit_2_with_one_line(self):
-        for args in (["--port", "70000"], ["--bogus"], ["--listen", "127.0.0.1:5"], ["extra"]):
+        for args in (["--port", "70000"], ["--bogus"], ["--listen", "127.0.0.1:5"], ["extra"],
+                     ["--max-jobs", "0"], ["--max-join-timeout", "soon"],
+                     ["--max-join-timeout", "0"]):
             with self.subTest(args=args):
                 result = run([MUSTERD, *args], timeout=10)
                 self.assertEqual(result.returncode, 2, result.stderr)

@@ -474,6 +474,16 @@ TEST(ParseCommandLineTest, RdzvConfErrorsNameTheKeyAndListTheKeys) {
   }
 }
 
+// A node whose heartbeat timeout is zero would never be found dead.
+TEST(ParseCommandLineTest, RdzvConfHeartbeatTimeoutUnderASecondIsRefused) {
+  for (const char* conf : {"heartbeat_timeout=0", "heartbeat_timeout=0.5"}) {
+    SCOPED_TRACE(conf);
+    EXPECT_THAT(Error({"--rdzv-conf", conf, "t.py"}),
+                AllOf(HasSubstr("heartbeat_timeout needs at least 1 second"),
+                      HasSubstr("heartbeat_timeout=1 or more")));
+  }
+}
+
 TEST(ParseCommandLineTest, StandaloneSetsEmbeddedRendezvous) {
   absl::StatusOr<ParsedCommandLine> first = Parse({"--standalone", "t.py"});
   absl::StatusOr<ParsedCommandLine> second = Parse({"--standalone", "t.py"});

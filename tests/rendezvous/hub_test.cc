@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "rendezvous/protocol.h"
 #include "tests/rendezvous/pending.h"
 
 namespace muster::rdzv {
@@ -49,6 +50,7 @@ JoinRequest Request(const std::string& node, const JobConfig& config) {
   info->set_local_world_size(1);
   info->set_node_rank_hint(-1);
   info->set_master_port_candidate(29500);
+  request.set_protocol_version(kProtocolVersion);
   return request;
 }
 
@@ -63,15 +65,20 @@ class HubTest : public ::testing::Test {
   // Opens the node's watch; its events (all but WatchStarted) go to `events`.
   // Without a timer thread the hub delivers on the caller's thread, so the
   // vector needs no lock.
-  void Watch(const std::string& node, std::vector<WatchEvent>* events) {
+  // `ended` gets how the watch ended, if it did.
+  void Watch(const std::string& node, const std::string& secret, std::vector<WatchEvent>* events,
+             absl::Status* ended = nullptr) {
     WatchRequest request;
     request.set_job_id("job");
     request.set_node_id(node);
+    request.set_node_secret(secret);
     hub_.Watch(request, hub_.NewTicket(),
                RendezvousHub::Watcher{[events](const WatchEvent& event) {
                                         if (!event.has_watch_started()) events->push_back(event);
                                       },
-                                      [](absl::Status) {}});
+                                      [ended](absl::Status status) {
+                                        if (ended != nullptr) *ended = std::move(status);
+                                      }});
   }
 
   void Advance(absl::Duration d) {
@@ -95,9 +102,10 @@ TEST_F(HubTest, SilentNodeIsLostWhenTheClockReachesItsHeartbeatTimeoutAndNotBefo
   Pending<absl::StatusOr<Assignment>> a = Join("a", config);
   Pending<absl::StatusOr<Assignment>> b = Join("b", config);
   ASSERT_TRUE(a.Done() && b.Done()) << "max nodes joined: the round completes at once";
-  ASSERT_TRUE(a.Wait().ok());
+  absl::StatusOr<Assignment> assigned = a.Wait();
+  ASSERT_TRUE(assigned.ok());
   std::vector<WatchEvent> events;
-  Watch("a", &events);  // a's open stream is its heartbeat; b sends none
+  Watch("a", assigned->node_secret(), &events);  // a's open stream is its heartbeat; b sends none
 
   Advance(absl::Milliseconds(kHeartbeatMs - 1));
   EXPECT_THAT(events, IsEmpty());
@@ -149,7 +157,6 @@ TEST_F(HubTest, WithoutATimerThreadNoDeadlinePassesUntilRunDueTimers) {
   Pending<absl::StatusOr<Assignment>> a = Join("a", config);
   clock_.Advance(absl::Milliseconds(2 * kJoinTimeoutMs));
   // Calls read the time, but only RunDueTimers runs the timers.
-  ASSERT_TRUE(hub_.Heartbeat({"job", "a"}).ok());
   EXPECT_EQ(JobStatus().state(), "open");
   EXPECT_FALSE(a.Done());
 
@@ -165,6 +172,84 @@ TEST_F(HubTest, NextDeadlineIsTheEarliestTimerOnTheHubsClock) {
   config.set_heartbeat_timeout_ms(2 * kJoinTimeoutMs);
   Pending<absl::StatusOr<Assignment>> a = Join("a", config);
   EXPECT_EQ(hub_.NextDeadline(), start + absl::Milliseconds(kJoinTimeoutMs));
+}
+
+TEST_F(HubTest, EveryNodeGetsAnUnpredictableSecretThatItsCallsMustCarry) {
+  Pending<absl::StatusOr<Assignment>> a = Join("a", Config(2, 2));
+  Pending<absl::StatusOr<Assignment>> b = Join("b", Config(2, 2));
+  absl::StatusOr<Assignment> assigned_a = a.Wait();
+  absl::StatusOr<Assignment> assigned_b = b.Wait();
+  ASSERT_TRUE(assigned_a.ok() && assigned_b.ok());
+  EXPECT_EQ(assigned_a->node_secret().size(), 32u);
+  EXPECT_NE(assigned_a->node_secret(), assigned_b->node_secret());
+
+  HeartbeatRequest beat;
+  beat.set_job_id("job");
+  beat.set_node_id("a");
+  EXPECT_EQ(hub_.Heartbeat(beat).status().code(), absl::StatusCode::kPermissionDenied);
+  beat.set_node_secret(assigned_b->node_secret());
+  EXPECT_EQ(hub_.Heartbeat(beat).status().code(), absl::StatusCode::kPermissionDenied);
+  beat.set_node_secret(assigned_a->node_secret());
+  EXPECT_TRUE(hub_.Heartbeat(beat).ok());
+
+  LeaveRequest leave;
+  leave.set_job_id("job");
+  leave.set_node_id("a");
+  leave.set_node_secret(assigned_b->node_secret());
+  EXPECT_EQ(hub_.Leave(leave).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(JobStatus().participants(), 2);
+}
+
+TEST_F(HubTest, WatchWithoutTheNodesSecretIsRefusedAndLeavesTheNodesOwnWatchOpen) {
+  Pending<absl::StatusOr<Assignment>> a = Join("a", Config(2, 2));
+  Pending<absl::StatusOr<Assignment>> b = Join("b", Config(2, 2));
+  absl::StatusOr<Assignment> assigned = a.Wait();
+  ASSERT_TRUE(assigned.ok());
+  std::vector<WatchEvent> own;
+  absl::Status own_end = absl::OkStatus();
+  Watch("a", assigned->node_secret(), &own, &own_end);
+  std::vector<WatchEvent> stolen;
+  absl::Status stolen_end = absl::OkStatus();
+  Watch("a", "guessed", &stolen, &stolen_end);
+  EXPECT_EQ(stolen_end.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(own_end.ok()) << "the node's own watch was replaced: " << own_end;
+
+  ReportFailureRequest report;
+  report.set_job_id("job");
+  report.set_node_id("b");
+  report.set_round(0);
+  report.set_node_secret(b.Wait()->node_secret());
+  ASSERT_TRUE(hub_.ReportFailure(report).ok());
+  ASSERT_THAT(own, SizeIs(1));
+  EXPECT_EQ(own[0].round_changed().reason(), RoundChanged::WORKER_FAILED);
+  EXPECT_THAT(stolen, IsEmpty());
+}
+
+TEST_F(HubTest, CancelledJoinsLeaveNoJobBehindPastMaxJoinTimeout) {
+  RendezvousHub hub(
+      HubOptions{.clock = &clock_,
+                 .timer_thread = false,
+                 .state = StateOptions{.max_join_timeout = absl::Seconds(3), .max_jobs = 1}});
+  JobConfig config = Config(2, 2);
+  config.set_join_timeout_ms(3'600'000);
+  const uint64_t ticket = hub.NewTicket();
+  Pending<absl::StatusOr<Assignment>> a;
+  hub.Join(Request("a", config), "10.0.0.1", ticket, a.Callback());
+  hub.CancelJoin({"job", "a"}, ticket);
+  EXPECT_EQ(a.Wait().status().code(), absl::StatusCode::kCancelled);
+  JoinRequest other = Request("a", config);
+  other.set_job_id("other");
+  Pending<absl::StatusOr<Assignment>> refused;
+  hub.Join(other, "10.0.0.1", hub.NewTicket(), refused.Callback());
+  EXPECT_EQ(refused.Wait().status().code(), absl::StatusCode::kResourceExhausted);
+
+  clock_.Advance(absl::Seconds(3));
+  hub.RunDueTimers();
+  EXPECT_EQ(hub.Status("job").status().code(), absl::StatusCode::kNotFound);
+  Pending<absl::StatusOr<Assignment>> accepted;
+  hub.Join(other, "10.0.0.1", hub.NewTicket(), accepted.Callback());
+  EXPECT_FALSE(accepted.Done()) << "pending: the job is open";
+  EXPECT_TRUE(hub.Status("other").ok());
 }
 
 TEST(HubRealClockTest, TheTimerThreadRunsADeadlineWhenTheRealClockReachesIt) {

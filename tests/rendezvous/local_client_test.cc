@@ -5,6 +5,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "rendezvous/protocol.h"
 #include "tests/rendezvous/pending.h"
 
 namespace muster::rdzv {
@@ -25,6 +26,7 @@ JoinRequest Request(const std::string& node, int min_nodes, int max_nodes) {
   info->set_host(node);
   info->set_local_world_size(2);
   info->set_master_port_candidate(29500);
+  request.set_protocol_version(kProtocolVersion);
   return request;
 }
 
@@ -40,6 +42,7 @@ TEST(LocalClientTest, OneNodeJobRunsToTheEnd) {
   WatchRequest watch;
   watch.set_job_id("job");
   watch.set_node_id("a");
+  watch.set_node_secret(assignment->node_secret());
   watch.set_known_round(assignment->round());
   client->Watch(
       watch,
@@ -50,6 +53,7 @@ TEST(LocalClientTest, OneNodeJobRunsToTheEnd) {
   ReportDoneRequest done;
   done.set_job_id("job");
   done.set_node_id("a");
+  done.set_node_secret(assignment->node_secret());
   done.set_round(assignment->round());
   Pending<absl::Status> reported;
   client->ReportDone(done, absl::Seconds(1), reported.Callback());
@@ -68,6 +72,7 @@ TEST(LocalClientTest, FailurePushesTheNextRound) {
   WatchRequest watch;
   watch.set_job_id("job");
   watch.set_node_id("a");
+  watch.set_node_secret(first->node_secret());
   watch.set_known_round(first->round());
   client->Watch(
       watch,
@@ -81,6 +86,7 @@ TEST(LocalClientTest, FailurePushesTheNextRound) {
   ReportFailureRequest failure;
   failure.set_job_id("job");
   failure.set_node_id("a");
+  failure.set_node_secret(first->node_secret());
   failure.set_round(first->round());
   failure.mutable_failure()->set_exit_code(1);
   Pending<absl::Status> reported;
@@ -89,9 +95,12 @@ TEST(LocalClientTest, FailurePushesTheNextRound) {
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_TRUE(changed.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_EQ(new_round, first->round() + 1);
-  absl::StatusOr<Assignment> second = client->JoinSync(Request("a", 1, 1), absl::Seconds(5));
+  JoinRequest rejoin = Request("a", 1, 1);
+  rejoin.set_node_secret(first->node_secret());
+  absl::StatusOr<Assignment> second = client->JoinSync(rejoin, absl::Seconds(5));
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->restart_count(), 1);
+  EXPECT_EQ(second->node_secret(), first->node_secret());
 }
 
 TEST(LocalClientTest, DestroyedClientRunsNoCallbackAndFreesItsNode) {

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/client.h"
+#include "rendezvous/protocol.h"
 #include "rendezvous/service.h"
 #include "tests/rendezvous/pending.h"
 
@@ -37,6 +38,7 @@ constexpr absl::Duration kRpc = absl::Seconds(5);
 JoinRequest MakeJoin(const std::string& job, const std::string& node) {
   JoinRequest request;
   request.set_job_id(job);
+  request.set_protocol_version(kProtocolVersion);
   JobConfig* config = request.mutable_config();
   config->set_min_nodes(1);
   config->set_max_nodes(1);
@@ -103,6 +105,7 @@ class AuthTest : public ::testing::Test {
       WatchRequest request;
       request.set_job_id(job);
       request.set_node_id("a");
+      request.set_node_secret(secret_a_);  // even the node's own secret
       auto context = Context(credential);
       std::unique_ptr<grpc::ClientReader<WatchEvent>> reader = stub_->Watch(context.get(), request);
       WatchEvent event;
@@ -119,6 +122,7 @@ class AuthTest : public ::testing::Test {
       HeartbeatRequest request;
       request.set_job_id(job);
       request.set_node_id("a");
+      request.set_node_secret(secret_a_);  // even the node's own secret
       HeartbeatResponse response;
       out.emplace_back("Heartbeat",
                        stub_->Heartbeat(Context(credential).get(), request, &response));
@@ -127,6 +131,7 @@ class AuthTest : public ::testing::Test {
       ReportFailureRequest request;
       request.set_job_id(job);
       request.set_node_id("a");
+      request.set_node_secret(secret_a_);  // even the node's own secret
       request.mutable_failure()->set_exit_code(1);
       ReportFailureResponse response;
       out.emplace_back("ReportFailure",
@@ -136,6 +141,7 @@ class AuthTest : public ::testing::Test {
       ReportDoneRequest request;
       request.set_job_id(job);
       request.set_node_id("a");
+      request.set_node_secret(secret_a_);  // even the node's own secret
       ReportDoneResponse response;
       out.emplace_back("ReportDone",
                        stub_->ReportDone(Context(credential).get(), request, &response));
@@ -144,6 +150,7 @@ class AuthTest : public ::testing::Test {
       LeaveRequest request;
       request.set_job_id(job);
       request.set_node_id("a");
+      request.set_node_secret(secret_a_);  // even the node's own secret
       LeaveResponse response;
       out.emplace_back("Leave", stub_->Leave(Context(credential).get(), request, &response));
     }
@@ -162,6 +169,7 @@ class AuthTest : public ::testing::Test {
         RendezvousClient::Create(target_, ClientOptions{.token = kToken, .token_file = "/t"});
     absl::StatusOr<Assignment> joined = client->JoinSync(MakeJoin("job", "a"), kRpc);
     ASSERT_TRUE(joined.ok()) << joined.status();
+    secret_a_ = joined->node_secret();
   }
 
   absl::StatusOr<StatusResponse> StatusWithToken(const std::string& job) {
@@ -178,6 +186,7 @@ class AuthTest : public ::testing::Test {
   // Of each call CallEach makes: a call that is let in may wait (a join
   // for a full round, a watch for events).
   absl::Duration deadline_ = kRpc;
+  std::string secret_a_;  // node a's, from its join
 };
 
 TEST_F(AuthTest, EveryCallWithoutTheTokenIsRefusedWithOneMessage) {
@@ -232,12 +241,14 @@ TEST_F(AuthTest, AgentClientWithTheTokenRunsAJob) {
   HeartbeatRequest beat;
   beat.set_job_id("solo");
   beat.set_node_id("a");
+  beat.set_node_secret(joined->node_secret());
   Pending<absl::StatusOr<int64_t>> round;
   client->Heartbeat(beat, kRpc, round.Callback());
   EXPECT_TRUE(round.Wait().ok());
   ReportDoneRequest done;
   done.set_job_id("solo");
   done.set_node_id("a");
+  done.set_node_secret(joined->node_secret());
   Pending<absl::Status> reported;
   client->ReportDone(done, kRpc, reported.Callback());
   EXPECT_TRUE(reported.Wait().ok());

@@ -31,6 +31,7 @@
 #include "common/clock.h"
 #include "common/unique_handle.h"
 #include "rendezvous/client.h"
+#include "rendezvous/protocol.h"
 #include "tests/rendezvous/pending.h"
 #include "tests/reserved_port.h"
 
@@ -49,10 +50,11 @@ constexpr absl::Duration kRpc = absl::Seconds(5);
 class WatchLog {
  public:
   void Start(RendezvousClient& client, const std::string& job, const std::string& node,
-             int64_t known_round) {
+             int64_t known_round, const std::string& secret = "") {
     WatchRequest request;
     request.set_job_id(job);
     request.set_node_id(node);
+    request.set_node_secret(secret);
     request.set_known_round(known_round);
     client.Watch(
         request,
@@ -141,6 +143,7 @@ JoinRequest MakeJoin(const std::string& job, const std::string& node, int min, i
   info->set_local_world_size(local_world_size);
   info->set_node_rank_hint(-1);
   info->set_master_port_candidate(port);
+  request.set_protocol_version(kProtocolVersion);
   return request;
 }
 
@@ -205,10 +208,12 @@ class ServiceTest : public ::testing::Test {
   }
 
   static absl::Status ReportFailure(RendezvousClient& client, const std::string& job,
-                                    const std::string& node, int64_t round) {
+                                    const std::string& node, int64_t round,
+                                    const std::string& secret) {
     ReportFailureRequest request;
     request.set_job_id(job);
     request.set_node_id(node);
+    request.set_node_secret(secret);
     request.set_round(round);
     request.mutable_failure()->set_rank(0);
     request.mutable_failure()->set_host("host-" + node);
@@ -219,10 +224,12 @@ class ServiceTest : public ::testing::Test {
   }
 
   static absl::Status ReportDone(RendezvousClient& client, const std::string& job,
-                                 const std::string& node, int64_t round) {
+                                 const std::string& node, int64_t round,
+                                 const std::string& secret) {
     ReportDoneRequest request;
     request.set_job_id(job);
     request.set_node_id(node);
+    request.set_node_secret(secret);
     request.set_round(round);
     Pending<absl::Status> done;
     client.ReportDone(request, kRpc, done.Callback());
@@ -250,13 +257,14 @@ TEST_F(ServiceTest, OneNodeStandaloneJobCompletes) {
   HeartbeatRequest beat;
   beat.set_job_id("solo");
   beat.set_node_id("a");
+  beat.set_node_secret(assignment->node_secret());
   Pending<absl::StatusOr<int64_t>> round;
   client->Heartbeat(beat, kRpc, round.Callback());
   absl::StatusOr<int64_t> heartbeat = round.Wait();
   ASSERT_TRUE(heartbeat.ok()) << heartbeat.status();
   EXPECT_EQ(*heartbeat, 0);
 
-  EXPECT_TRUE(ReportDone(*client, "solo", "a", 0).ok());
+  EXPECT_TRUE(ReportDone(*client, "solo", "a", 0, assignment->node_secret()).ok());
   absl::StatusOr<StatusResponse> status = JobStatus(*client, "solo");
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->state(), "closed");
@@ -285,19 +293,23 @@ TEST_F(ServiceTest, TwoNodesGetDistinctRanksAndTheSameMaster) {
 TEST_F(ServiceTest, WatchSeesTheOtherNodesFailureAndTheJobsClose) {
   auto client_a = NewClient();
   auto client_b = NewClient();
-  const JoinRequest request_a = MakeJoin("watched", "a", 2, 2);
-  const JoinRequest request_b = MakeJoin("watched", "b", 2, 2);
+  JoinRequest request_a = MakeJoin("watched", "a", 2, 2);
+  JoinRequest request_b = MakeJoin("watched", "b", 2, 2);
   {
     Pending<absl::StatusOr<Assignment>> join_a;
     client_a->Join(request_a, kRpc, join_a.Callback());
-    ASSERT_TRUE(Join(*client_b, request_b).ok());
-    ASSERT_TRUE(join_a.Wait().ok());
+    absl::StatusOr<Assignment> b = Join(*client_b, request_b);
+    ASSERT_TRUE(b.ok());
+    absl::StatusOr<Assignment> a = join_a.Wait();
+    ASSERT_TRUE(a.ok());
+    request_a.set_node_secret(a->node_secret());  // what every later call carries
+    request_b.set_node_secret(b->node_secret());
   }
   WatchLog watch;
-  watch.Start(*client_a, "watched", "a", 0);
+  watch.Start(*client_a, "watched", "a", 0, request_a.node_secret());
   // Whichever reaches the server first, the event arrives: pushed, or as the
   // watch's catch-up.
-  ASSERT_TRUE(ReportFailure(*client_b, "watched", "b", 0).ok());
+  ASSERT_TRUE(ReportFailure(*client_b, "watched", "b", 0, request_b.node_secret()).ok());
 
   std::vector<WatchEvent> events = watch.WaitForEvents(1);
   ASSERT_GE(events.size(), 1u);
@@ -315,8 +327,8 @@ TEST_F(ServiceTest, WatchSeesTheOtherNodesFailureAndTheJobsClose) {
   EXPECT_EQ(a->round(), 1);
   EXPECT_EQ(a->restart_count(), 1);
 
-  ASSERT_TRUE(ReportDone(*client_a, "watched", "a", 1).ok());
-  ASSERT_TRUE(ReportDone(*client_b, "watched", "b", 1).ok());
+  ASSERT_TRUE(ReportDone(*client_a, "watched", "a", 1, request_a.node_secret()).ok());
+  ASSERT_TRUE(ReportDone(*client_b, "watched", "b", 1, request_b.node_secret()).ok());
   events = watch.WaitForEvents(2);
   ASSERT_EQ(events.size(), 2u);
   ASSERT_TRUE(events[1].has_job_closed());
@@ -333,15 +345,15 @@ TEST_F(ServiceTest, AnOpenWatchIsTheNodesHeartbeatAndItsEndStartsTheTimeout) {
     request->mutable_config()->set_heartbeat_timeout_ms(1'000);
     request->mutable_config()->set_last_call_timeout_ms(10'000);
   }
-  {
-    Pending<absl::StatusOr<Assignment>> join_a;
-    client_a->Join(request_a, kRpc, join_a.Callback());
-    ASSERT_TRUE(Join(*client_b, request_b).ok());  // max reached: no last call
-    ASSERT_TRUE(join_a.Wait().ok());
-  }
+  Pending<absl::StatusOr<Assignment>> join_a;
+  client_a->Join(request_a, kRpc, join_a.Callback());
+  absl::StatusOr<Assignment> b = Join(*client_b, request_b);  // max reached: no last call
+  ASSERT_TRUE(b.ok());
+  absl::StatusOr<Assignment> a = join_a.Wait();
+  ASSERT_TRUE(a.ok());
   WatchLog watch_a, watch_b;
-  watch_a.Start(*client_a, "beat", "a", 0);
-  watch_b.Start(*client_b, "beat", "b", 0);
+  watch_a.Start(*client_a, "beat", "a", 0, a->node_secret());
+  watch_b.Start(*client_b, "beat", "b", 0, b->node_secret());
   ASSERT_EQ(watch_a.WaitForStart(), 0);
   ASSERT_EQ(watch_b.WaitForStart(), 0);
 
@@ -367,10 +379,11 @@ TEST_F(ServiceTest, AnOpenWatchIsTheNodesHeartbeatAndItsEndStartsTheTimeout) {
 
 TEST_F(ServiceTest, WatchOpenedLateStartsWithTheMissedEvent) {
   auto client = NewClient();
-  ASSERT_TRUE(Join(*client, MakeJoin("late", "a", 1, 1)).ok());
-  ASSERT_TRUE(ReportFailure(*client, "late", "a", 0).ok());
+  absl::StatusOr<Assignment> a = Join(*client, MakeJoin("late", "a", 1, 1));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(ReportFailure(*client, "late", "a", 0, a->node_secret()).ok());
   WatchLog watch;
-  watch.Start(*client, "late", "a", 0);
+  watch.Start(*client, "late", "a", 0, a->node_secret());
   EXPECT_EQ(watch.WaitForStart(), 1) << "the job's round as the watch opened";
   std::vector<WatchEvent> events = watch.WaitForEvents(1);
   ASSERT_GE(events.size(), 1u);
@@ -383,8 +396,9 @@ TEST_F(ServiceTest, WatchOpenedLateStartsWithTheMissedEvent) {
 
 TEST_F(ServiceTest, JoinToAClosedJobFailsWithFailedPrecondition) {
   auto client = NewClient();
-  ASSERT_TRUE(Join(*client, MakeJoin("over", "a", 1, 1)).ok());
-  ASSERT_TRUE(ReportDone(*client, "over", "a", 0).ok());
+  absl::StatusOr<Assignment> a = Join(*client, MakeJoin("over", "a", 1, 1));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(ReportDone(*client, "over", "a", 0, a->node_secret()).ok());
   absl::StatusOr<Assignment> late = Join(*client, MakeJoin("over", "b", 1, 1));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(late.status().message(), HasSubstr("closed"));
@@ -406,6 +420,10 @@ TEST_F(ServiceTest, ConfigMismatchFailsWithFailedPrecondition) {
 
 TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
   auto client = NewClient();
+  // A node watches its running job (a node watches once it has its secret),
+  // while another node's join waits.
+  absl::StatusOr<Assignment> running = Join(*client, MakeJoin("cut-running", "a", 1, 1));
+  ASSERT_TRUE(running.ok());
   Pending<absl::StatusOr<Assignment>> join;
   client->Join(MakeJoin("cut", "a", 2, 2), kRpc, join.Callback());
   ASSERT_TRUE(
@@ -413,7 +431,7 @@ TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
   WatchLog watch;
   // WatchStarted proves the watch is open on the server before it shuts down
   // (a call still in flight then would be cancelled by gRPC itself instead).
-  watch.Start(*client, "cut", "a", 0);
+  watch.Start(*client, "cut-running", "a", 0, running->node_secret());
   ASSERT_EQ(watch.WaitForStart(), 0);
 
   absl::Notification shut;
@@ -562,9 +580,10 @@ std::pair<uint32_t, uint32_t> IdleTraffic(const ServerOptions& options, absl::Du
     return client_options;
   }());
   JoinRequest join = MakeJoin("idle", "a", 1, 1);
-  EXPECT_TRUE(client->JoinSync(join, kRpc).ok());
+  absl::StatusOr<Assignment> assigned = client->JoinSync(join, kRpc);
+  EXPECT_TRUE(assigned.ok());
   WatchLog watch;
-  watch.Start(*client, "idle", "a", 0);
+  watch.Start(*client, "idle", "a", 0, assigned.ok() ? assigned->node_secret() : "");
   EXPECT_EQ(watch.WaitForStart(), 0);
   const std::vector<int> accepted = AcceptedSockets((*server)->port());
   EXPECT_EQ(accepted.size(), 1u);
@@ -642,6 +661,256 @@ TEST_F(ServiceTest, CancelledJoinDoesNotPutItsNodeInARound) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->group_world_size(), 2);
   EXPECT_NE(b->group_rank(), c->group_rank());
+}
+
+// ---------------------------------------------------------------- protocol version
+
+// A channel of its own: its own connection to the server, so its calls
+// count against one peer's bounds and no other's.
+std::unique_ptr<Rendezvous::Stub> RawStub(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return Rendezvous::NewStub(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+}
+
+grpc::Status RawJoin(Rendezvous::Stub& stub, const JoinRequest& request, JoinResponse* response) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpc));
+  return stub.Join(&context, request, response);
+}
+
+TEST_F(ServiceTest, ServerRefusesAJoinOfAnotherProtocolVersionNamingBoth) {
+  std::unique_ptr<Rendezvous::Stub> stub = RawStub(target_);
+  JoinRequest old = MakeJoin("versions", "a", 1, 1);
+  old.clear_protocol_version();  // as an agent older than versions sends it
+  JoinResponse response;
+  grpc::Status status = RawJoin(*stub, old, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(),
+              testing::AllOf(HasSubstr("version 0"), HasSubstr("version 1"),
+                             HasSubstr("run the same muster version on every node")));
+  EXPECT_FALSE(response.has_assignment());
+}
+
+TEST_F(ServiceTest, JoinAnswerCarriesTheServersProtocolVersionAndTheNodesSecret) {
+  std::unique_ptr<Rendezvous::Stub> stub = RawStub(target_);
+  JoinResponse response;
+  grpc::Status status = RawJoin(*stub, MakeJoin("versions", "a", 1, 1), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.protocol_version(), kProtocolVersion);
+  EXPECT_EQ(response.assignment().node_secret().size(), 32u);
+}
+
+// A rendezvous from before protocol versions: it answers joins, with no version.
+class OldServer final : public Rendezvous::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const JoinRequest*,
+                                 JoinResponse* response) override {
+    response->mutable_assignment()->set_world_size(1);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+TEST(ClientProtocolTest, AgentRefusesAnAnswerOfAnotherProtocolVersionNamingBoth) {
+  OldServer old;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&old);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ASSERT_GT(port, 0);
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  auto client = RendezvousClient::Create(target);
+  absl::StatusOr<Assignment> assignment = client->JoinSync(MakeJoin("old", "a", 1, 1), kRpc);
+  EXPECT_EQ(assignment.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(assignment.status().message(),
+              testing::AllOf(HasSubstr(target), HasSubstr("protocol version 0"),
+                             HasSubstr("this agent speaks version 1"),
+                             HasSubstr("run the same muster version on every node")));
+  client.reset();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
+// ---------------------------------------------------------------- per-connection bounds
+
+// A watch stream on a raw stub, so that one connection can hold several.
+class RawWatch final : public grpc::ClientReadReactor<WatchEvent> {
+ public:
+  RawWatch(Rendezvous::Stub& stub, const std::string& job, const std::string& node,
+           const std::string& secret) {
+    request_.set_job_id(job);
+    request_.set_node_id(node);
+    request_.set_node_secret(secret);
+    stub.async()->Watch(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+  ~RawWatch() override {
+    context_.TryCancel();
+    done_.WaitForNotificationWithTimeout(kWait);
+  }
+
+  bool WaitForStart() { return started_.WaitForNotificationWithTimeout(kWait); }
+  // Whether the watch opened (rather than ended), within kWait.
+  bool Opened() {
+    const absl::Time give_up = absl::Now() + kWait;
+    while (absl::Now() < give_up) {
+      if (started_.HasBeenNotified()) return true;
+      if (done_.HasBeenNotified()) return false;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  }
+  // How the stream ended; kInternal after kWait.
+  grpc::Status WaitForEnd() {
+    if (!done_.WaitForNotificationWithTimeout(kWait)) return grpc::Status(grpc::INTERNAL, "hung");
+    return status_;
+  }
+  void Cancel() { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    if (event_.has_watch_started() && !started_.HasBeenNotified()) started_.Notify();
+    StartRead(&event_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    status_ = status;
+    done_.Notify();
+  }
+
+ private:
+  grpc::ClientContext context_;
+  WatchRequest request_;
+  WatchEvent event_;
+  absl::Notification started_;
+  absl::Notification done_;
+  grpc::Status status_;  // written before done_
+};
+
+class PeerBoundsTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.hub = HubOptions{.clock = &clock_, .timer_thread = false};
+    options.per_peer = PeerBounds{.pending_joins = 2, .open_watches = 2};
+    absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
+        RendezvousServer::Start("127.0.0.1", 0, options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    target_ = "127.0.0.1:" + std::to_string(server_->port());
+  }
+};
+
+TEST_F(PeerBoundsTest, AConnectionHoldsAtMostItsBoundOfPendingJoinsUntilTheyFinish) {
+  std::unique_ptr<Rendezvous::Stub> stub = RawStub(target_);
+  struct Call {
+    grpc::ClientContext context;
+    JoinResponse response;
+    Pending<absl::Status> done;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  const JoinRequest requests[] = {MakeJoin("bounded", "n0", 3, 3), MakeJoin("bounded", "n1", 3, 3),
+                                  MakeJoin("bounded", "n2", 3, 3)};
+  auto other = NewClient();
+  for (const JoinRequest& request : requests) {
+    if (calls.size() == 2) {  // the first two are in before the third starts
+      ASSERT_TRUE(WaitForStatus(*other, "bounded",
+                                [](const StatusResponse& s) { return s.participants() == 2; }));
+    }
+    auto call = std::make_unique<Call>();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kRpc));
+    stub->async()->Join(&call->context, &request, &call->response,
+                        [done = call->done.Callback()](grpc::Status status) {
+                          done(absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                                            status.error_message()));
+                        });
+    calls.push_back(std::move(call));
+  }
+  const absl::Status third = calls[2]->done.Wait();
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.message(), HasSubstr("holds 2 pending joins"));
+  EXPECT_FALSE(calls[0]->done.Done());
+  EXPECT_FALSE(calls[1]->done.Done());
+
+  // Another connection may join; its join completes the round, which ends
+  // the first connection's calls and gives their places back.
+  ASSERT_TRUE(Join(*other, MakeJoin("bounded", "other", 3, 3)).ok());
+  EXPECT_TRUE(calls[0]->done.Wait().ok());
+  EXPECT_TRUE(calls[1]->done.Wait().ok());
+  // The places come back as the server finishes the calls: a moment after
+  // the client sees them end.
+  int joined = 0;
+  for (int i = 0; joined < 2 && i < 500; ++i) {
+    JoinResponse response;
+    grpc::Status again = RawJoin(*stub, MakeJoin(absl::StrCat("after-", i), "n0", 1, 1), &response);
+    if (again.ok()) {
+      ++joined;
+    } else {
+      EXPECT_EQ(again.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << again.error_message();
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  EXPECT_EQ(joined, 2) << "the finished joins' places were not given back";
+}
+
+TEST_F(PeerBoundsTest, AConnectionHoldsAtMostItsBoundOfOpenWatchesUntilOneEnds) {
+  std::unique_ptr<Rendezvous::Stub> stub = RawStub(target_);
+  auto client = NewClient();
+  Pending<absl::StatusOr<Assignment>> join_a;
+  client->Join(MakeJoin("watched", "a", 2, 2), kRpc, join_a.Callback());
+  absl::StatusOr<Assignment> b = Join(*NewClient(), MakeJoin("watched", "b", 2, 2));
+  absl::StatusOr<Assignment> a = join_a.Wait();
+  ASSERT_TRUE(a.ok() && b.ok());
+
+  auto watch_a = std::make_unique<RawWatch>(*stub, "watched", "a", a->node_secret());
+  RawWatch watch_b(*stub, "watched", "b", b->node_secret());
+  ASSERT_TRUE(watch_a->WaitForStart());
+  ASSERT_TRUE(watch_b.WaitForStart());
+  RawWatch third(*stub, "watched", "a", a->node_secret());
+  const grpc::Status refused = third.WaitForEnd();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("holds 2 open watches"));
+
+  watch_a->Cancel();
+  EXPECT_EQ(watch_a->WaitForEnd().error_code(), grpc::StatusCode::CANCELLED);
+  watch_a.reset();
+  // The place comes back as the server finishes the stream: a moment after
+  // the client sees it end.
+  const absl::Time give_up = absl::Now() + kWait;
+  bool reopened = false;
+  while (!reopened && absl::Now() < give_up) {
+    RawWatch again(*stub, "watched", "a", a->node_secret());
+    reopened = again.Opened();
+    if (!reopened) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(reopened) << "the ended watch's place was not given back";
+}
+
+TEST_F(ServiceTest, CallsWithoutTheNodesSecretAreRefusedOverGrpc) {
+  auto client = NewClient();
+  absl::StatusOr<Assignment> a = Join(*client, MakeJoin("secret", "a", 1, 1));
+  ASSERT_TRUE(a.ok());
+  HeartbeatRequest beat;
+  beat.set_job_id("secret");
+  beat.set_node_id("a");
+  beat.set_node_secret("guessed");
+  Pending<absl::StatusOr<int64_t>> round;
+  client->Heartbeat(beat, kRpc, round.Callback());
+  EXPECT_EQ(round.Wait().status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ReportDone(*client, "secret", "a", 0, "guessed").code(),
+            absl::StatusCode::kPermissionDenied);
+  WatchLog watch;
+  watch.Start(*client, "secret", "a", 0, "guessed");
+  EXPECT_EQ(watch.WaitForEnd().code(), absl::StatusCode::kPermissionDenied);
+  JoinRequest impostor = MakeJoin("secret", "a", 1, 1);
+  absl::StatusOr<Assignment> stolen = Join(*NewClient(), impostor);
+  EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(stolen.status().message(), HasSubstr("held by another agent"));
+  EXPECT_TRUE(ReportDone(*client, "secret", "a", 0, a->node_secret()).ok());
 }
 
 }  // namespace

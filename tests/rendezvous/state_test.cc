@@ -2,6 +2,7 @@
 // time passed in.
 #include "rendezvous/state.h"
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "rendezvous/node_secret.h"
+#include "rendezvous/protocol.h"
 
 namespace muster::rdzv {
 namespace {
@@ -88,11 +91,14 @@ class StateTest : public ::testing::Test {
     node->set_local_world_size(spec.local_world_size);
     node->set_node_rank_hint(spec.hint);
     node->set_master_port_candidate(spec.port);
+    // Ignored on a first join; a rejoin must present it.
+    request.set_node_secret(SecretOf(spec.id));
+    request.set_protocol_version(kProtocolVersion);
     return request;
   }
 
   absl::Status TryJoin(const Spec& spec, absl::Time now, Effects* effects) {
-    return state_.Join(Request(spec), PeerOf(spec.id), now, effects);
+    return state_.Join(Request(spec), PeerOf(spec.id), SecretOf(spec.id), now, effects);
   }
 
   Effects Join(const Spec& spec, absl::Time now) {
@@ -103,6 +109,8 @@ class StateTest : public ::testing::Test {
   }
 
   static std::string PeerOf(const std::string& id) { return "peer-" + id; }
+  // The secret the test's server draws for node `id`, and its agent presents.
+  static std::string SecretOf(const std::string& id) { return "secret-" + id; }
 
   static Failure MakeFailure(const std::string& node, int rank) {
     Failure failure;
@@ -115,22 +123,22 @@ class StateTest : public ::testing::Test {
 
   Effects Fail(const std::string& node, int64_t round, absl::Time now, int rank = 0) {
     Effects effects;
-    absl::Status status =
-        state_.ReportFailure({job_, node}, round, MakeFailure(node, rank), now, &effects);
+    absl::Status status = state_.ReportFailure({job_, node}, SecretOf(node), round,
+                                               MakeFailure(node, rank), now, &effects);
     EXPECT_TRUE(status.ok()) << status;
     return effects;
   }
 
   Effects Done(const std::string& node, int64_t round, absl::Time now) {
     Effects effects;
-    absl::Status status = state_.ReportDone({job_, node}, round, now, &effects);
+    absl::Status status = state_.ReportDone({job_, node}, SecretOf(node), round, now, &effects);
     EXPECT_TRUE(status.ok()) << status;
     return effects;
   }
 
   Effects Leave(const std::string& node, absl::Time now, const std::string& reason = "stopped") {
     Effects effects;
-    absl::Status status = state_.Leave({job_, node}, reason, now, &effects);
+    absl::Status status = state_.Leave({job_, node}, SecretOf(node), reason, now, &effects);
     EXPECT_TRUE(status.ok()) << status;
     return effects;
   }
@@ -143,7 +151,7 @@ class StateTest : public ::testing::Test {
 
   void Beat(const std::vector<std::string>& nodes, absl::Time now) {
     for (const std::string& node : nodes) {
-      EXPECT_TRUE(state_.Heartbeat({job_, node}, now).ok()) << node;
+      EXPECT_TRUE(state_.Heartbeat({job_, node}, SecretOf(node), now).ok()) << node;
     }
   }
 
@@ -236,6 +244,78 @@ TEST(ValidateJobConfigTest, RejectsBadRangesAndNegativeValues) {
   JobConfig negative = Config(1, 2);
   negative.set_join_timeout_ms(-1);
   EXPECT_EQ(ValidateJobConfig(negative).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Each bound, the field it names and the bound itself in the message.
+TEST(ValidateJobConfigTest, RejectsValuesBeyondTheirBoundsNamingFieldAndBound) {
+  struct Case {
+    std::function<void(JobConfig*)> change;
+    std::vector<std::string> said;
+  };
+  const std::vector<Case> cases = {
+      {[](JobConfig* c) { c->set_max_nodes(65537); }, {"max_nodes", "65536"}},
+      {[](JobConfig* c) { c->set_max_restarts(1'000'001); }, {"max_restarts", "1000000"}},
+      // A job whose nodes never expire must not exist: 0 was "no heartbeat".
+      {[](JobConfig* c) { c->set_heartbeat_timeout_ms(0); }, {"heartbeat_timeout", "1 s"}},
+      {[](JobConfig* c) { c->set_heartbeat_timeout_ms(999); }, {"heartbeat_timeout", "1 s"}},
+      {[](JobConfig* c) { c->set_join_timeout_ms(kMaxTimeoutMs + 1); }, {"join_timeout", "7 days"}},
+      {[](JobConfig* c) { c->set_last_call_timeout_ms(kMaxTimeoutMs + 1); },
+       {"last_call_timeout", "7 days"}},
+      {[](JobConfig* c) { c->set_heartbeat_timeout_ms(kMaxTimeoutMs + 1); },
+       {"heartbeat_timeout", "7 days"}},
+  };
+  for (const Case& c : cases) {
+    JobConfig config = Config(1, 2);
+    c.change(&config);
+    absl::Status status = ValidateJobConfig(config);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << config.ShortDebugString();
+    for (const std::string& word : c.said) EXPECT_THAT(status.message(), HasSubstr(word));
+  }
+  JobConfig edge = Config(1, 65536, 1'000'000);
+  edge.set_heartbeat_timeout_ms(1'000);
+  edge.set_join_timeout_ms(kMaxTimeoutMs);
+  EXPECT_TRUE(ValidateJobConfig(edge).ok());
+}
+
+TEST(CutTextTest, KeepsTheStartAndSaysHowMuchWasCut) {
+  EXPECT_EQ(CutText("short", 100), "short");
+  const std::string cut = CutText(std::string(1000, 'x'), 100);
+  EXPECT_LE(cut.size(), 100u);
+  EXPECT_EQ(cut.substr(0, 10), std::string(10, 'x'));
+  EXPECT_THAT(cut, HasSubstr("... [cut: "));
+  const size_t kept = cut.find("...");
+  EXPECT_THAT(cut, HasSubstr(absl::StrCat("[cut: ", 1000 - kept, " bytes]")));
+}
+
+TEST(CutTextTest, NeverSplitsAUtf8Character) {
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += "\xc3\xa9";  // é, two bytes each
+  for (size_t max : {60u, 61u, 62u, 63u, 100u}) {
+    const std::string cut = CutText(text, max);
+    EXPECT_LE(cut.size(), max);
+    const size_t kept = cut.find("...");
+    ASSERT_NE(kept, std::string::npos);
+    EXPECT_EQ(kept % 2, 0u) << "max " << max;  // whole characters only
+  }
+}
+
+TEST(NodeSecretTest, SecretsAre32HexDigitsAndDiffer) {
+  absl::StatusOr<std::string> a = NewNodeSecret();
+  absl::StatusOr<std::string> b = NewNodeSecret();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 32u);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(*a, *b);
+  EXPECT_LE(a->size(), kMaxNodeSecretLength);
+}
+
+TEST(NodeSecretTest, ConstantTimeEqualsComparesWholeStrings) {
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "ab"));
+  EXPECT_FALSE(ConstantTimeEquals("", "a"));
+  EXPECT_FALSE(ConstantTimeEquals(std::string("a\0b", 3), std::string("a\0c", 3)));
 }
 
 TEST_F(StateTest, BadJoinIsRejectedWithoutCreatingTheJob) {
@@ -501,7 +581,7 @@ TEST_F(StateTest, ExhaustedRestartsCloseTheJobWithTheRootCause) {
   EXPECT_THAT(late.message(), AllOf(HasSubstr("'job' is closed"), HasSubstr("no restarts left"),
                                     HasSubstr("--rdzv-id")));
   EXPECT_TRUE(effects.empty());
-  EXPECT_EQ(state_.Heartbeat({job_, "a"}, At(400)).status().code(),
+  EXPECT_EQ(state_.Heartbeat({job_, "a"}, SecretOf("a"), At(400)).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -543,7 +623,7 @@ TEST_F(StateTest, DoneForAnOldRoundIsAborted) {
   Form({{"a"}, {"b"}}, At(0));
   Fail("a", 0, At(100));
   Effects effects;
-  EXPECT_EQ(state_.ReportDone({job_, "b"}, 0, At(200), &effects).code(),
+  EXPECT_EQ(state_.ReportDone({job_, "b"}, SecretOf("b"), 0, At(200), &effects).code(),
             absl::StatusCode::kAborted);
 }
 
@@ -551,7 +631,7 @@ TEST_F(StateTest, DoneFromANodeOutsideTheRoundDoesNotCloseTheJob) {
   Form({{"a"}, {"b"}}, At(0));
   Join({"c"}, At(10));  // waiting, not a participant
   Effects effects;
-  EXPECT_FALSE(state_.ReportDone({job_, "c"}, 0, At(20), &effects).ok());
+  EXPECT_FALSE(state_.ReportDone({job_, "c"}, SecretOf("c"), 0, At(20), &effects).ok());
   Done("a", 0, At(30));
   EXPECT_EQ(JobStatus().state(), "running") << "b is still running";
 }
@@ -603,7 +683,8 @@ TEST_F(StateTest, SilentNodeIsRemovedAndTheRoundReformsFromTheRest) {
   EXPECT_EQ(changed.new_round(), 1);
   EXPECT_THAT(changed.detail(), HasSubstr("host-c"));
   EXPECT_EQ(JobStatus().restart_count(), 0);
-  EXPECT_EQ(state_.Heartbeat({job_, "c"}, At(5'001)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_.Heartbeat({job_, "c"}, SecretOf("c"), At(5'001)).status().code(),
+            absl::StatusCode::kNotFound);
 
   Join({"a"}, At(5'100));
   auto assigned = Assigned(Join({"b"}, At(5'200)));
@@ -755,10 +836,12 @@ TEST_F(StateTest, NextDeadlineIsTheEarliestTimer) {
   EXPECT_EQ(state_.NextDeadline(), At(3'000 + kHeartbeatMs));
 }
 
-TEST_F(StateTest, NextDeadlineIsNoneWithoutTimersAndOnlyRetentionForClosedJobs) {
+TEST_F(StateTest, NextDeadlineIsNoneWhileEveryNodeWatchesAndOnlyRetentionForClosedJobs) {
   config_ = Config(1, 1);
-  config_.set_heartbeat_timeout_ms(0);
-  Join({"a"}, At(0));  // round complete, heartbeats off
+  Join({"a"}, At(0));  // round complete: a's heartbeat timer runs
+  EXPECT_EQ(state_.NextDeadline(), At(kHeartbeatMs));
+  Effects effects;
+  state_.SetWatching({job_, "a"}, true, At(0), &effects);  // the stream is its heartbeat
   EXPECT_EQ(state_.NextDeadline(), std::nullopt);
   config_ = Config(2, 2);
   job_ = "other";
@@ -812,26 +895,28 @@ TEST_F(StateTest, ClosedJobIsForgottenAfterRetentionAndItsIdCanBeUsedAgain) {
 
 TEST_F(StateTest, CatchUpReturnsTheEventANodeMissed) {
   Form({{"a"}, {"b"}}, At(0));
-  absl::StatusOr<std::optional<WatchEvent>> current = state_.CatchUp({job_, "a"}, 0);
+  absl::StatusOr<std::optional<WatchEvent>> current = state_.CatchUp({job_, "a"}, SecretOf("a"), 0);
   ASSERT_TRUE(current.ok());
   EXPECT_FALSE(current->has_value());
 
   Fail("b", 0, At(100), /*rank=*/1);
-  absl::StatusOr<std::optional<WatchEvent>> missed = state_.CatchUp({job_, "a"}, 0);
+  absl::StatusOr<std::optional<WatchEvent>> missed = state_.CatchUp({job_, "a"}, SecretOf("a"), 0);
   ASSERT_TRUE(missed.ok() && missed->has_value());
   EXPECT_EQ((*missed)->round_changed().new_round(), 1);
   EXPECT_EQ((*missed)->round_changed().reason(), RoundChanged::WORKER_FAILED);
-  EXPECT_FALSE(state_.CatchUp({job_, "a"}, 1)->has_value());
+  EXPECT_FALSE(state_.CatchUp({job_, "a"}, SecretOf("a"), 1)->has_value());
 
-  EXPECT_EQ(state_.CatchUp({job_, "nobody"}, 0).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(state_.CatchUp({"nojob", "a"}, 0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_.CatchUp({job_, "nobody"}, SecretOf("nobody"), 0).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_.CatchUp({"nojob", "a"}, SecretOf("a"), 0).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(StateTest, CatchUpAfterCloseReturnsJobClosed) {
   Form({{"a"}, {"b"}}, At(0));
   Done("a", 0, At(1));
   Done("b", 0, At(2));
-  absl::StatusOr<std::optional<WatchEvent>> missed = state_.CatchUp({job_, "a"}, 0);
+  absl::StatusOr<std::optional<WatchEvent>> missed = state_.CatchUp({job_, "a"}, SecretOf("a"), 0);
   ASSERT_TRUE(missed.ok() && missed->has_value());
   EXPECT_TRUE((*missed)->job_closed().succeeded());
 }
@@ -856,21 +941,378 @@ TEST_F(StateTest, LastNodeLeavingClosesTheJob) {
   Effects closed = Leave("a", At(100));
   EXPECT_EQ(JobStatus().state(), "closed");
   EXPECT_TRUE(closed.pushed.empty()) << "the node that left is not told";
-  absl::StatusOr<std::optional<WatchEvent>> event = state_.CatchUp({job_, "a"}, 0);
+  absl::StatusOr<std::optional<WatchEvent>> event = state_.CatchUp({job_, "a"}, SecretOf("a"), 0);
   ASSERT_TRUE(event.ok() && event->has_value());
   EXPECT_FALSE((*event)->job_closed().succeeded());
   EXPECT_THAT((*event)->job_closed().reason(), HasSubstr("no nodes left"));
   // Leaving a closed job, or twice, is not an error.
   Effects again;
-  EXPECT_TRUE(state_.Leave({job_, "a"}, "", At(200), &again).ok());
+  EXPECT_TRUE(state_.Leave({job_, "a"}, SecretOf("a"), "", At(200), &again).ok());
 }
 
 TEST_F(StateTest, LeaveOfAnUnknownNodeIsNotFound) {
   Join({"a"}, At(0));
   Effects effects;
-  EXPECT_EQ(state_.Leave({job_, "b"}, "", At(1), &effects).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(state_.Leave({"nojob", "a"}, "", At(1), &effects).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_.Leave({job_, "b"}, SecretOf("b"), "", At(1), &effects).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_.Leave({"nojob", "a"}, SecretOf("a"), "", At(1), &effects).code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(state_.Status("nojob").status().code(), absl::StatusCode::kNotFound);
+}
+
+// ---------------------------------------------------------------- node secrets
+
+TEST_F(StateTest, EveryNodeGetsTheSecretTheServerDrewAndKeepsItAcrossRounds) {
+  auto assigned = Form({{"a"}, {"b"}}, At(0));
+  EXPECT_EQ(assigned.at("a").node_secret(), SecretOf("a"));
+  EXPECT_EQ(assigned.at("b").node_secret(), SecretOf("b"));
+  Fail("a", 0, At(100));
+  // The server draws a new secret for every join; a live node keeps its own.
+  Effects effects;
+  ASSERT_TRUE(state_.Join(Request({"a"}), PeerOf("a"), "fresh-a", At(200), &effects).ok());
+  ASSERT_TRUE(state_.Join(Request({"b"}), PeerOf("b"), "fresh-b", At(200), &effects).ok());
+  auto again = Assigned(effects);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again.at("a").node_secret(), SecretOf("a"));
+  EXPECT_EQ(again.at("b").node_secret(), SecretOf("b"));
+}
+
+TEST_F(StateTest, JoinForALiveNodeWithoutItsSecretIsRefusedAndChangesNothing) {
+  Form({{"a"}, {"b"}}, At(0));
+  for (const std::string& presented :
+       {std::string(), std::string("secret-b"), std::string("secret-a-but-longer")}) {
+    JoinRequest impostor = Request({"a"});
+    impostor.set_node_secret(presented);
+    impostor.mutable_node()->set_host("elsewhere");
+    Effects effects;
+    absl::Status status = state_.Join(impostor, "peer-x", "fresh", At(100), &effects);
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << presented;
+    EXPECT_THAT(status.message(), AllOf(HasSubstr("node id a is held by another agent"),
+                                        HasSubstr("a node speaks only for itself")));
+    EXPECT_TRUE(effects.empty());
+  }
+  const StatusResponse status = JobStatus();
+  EXPECT_EQ(status.state(), "running");
+  EXPECT_EQ(status.round(), 0);
+  EXPECT_EQ(status.waiting(), 0);
+  Beat({"a", "b"}, At(200));  // the real a is still a, with its secret
+}
+
+TEST_F(StateTest, CallsForANodeWithoutItsSecretAreRefusedAndChangeNothing) {
+  Form({{"a"}, {"b"}}, At(0));
+  const NodeKey a{job_, "a"};
+  Effects effects;
+  auto denied = [](const absl::Status& status) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+    EXPECT_THAT(status.message(), HasSubstr("a node speaks only for itself"));
+  };
+  for (const std::string& wrong : {std::string(), SecretOf("b")}) {
+    denied(state_.Heartbeat(a, wrong, At(100)).status());
+    denied(state_.ReportFailure(a, wrong, 0, MakeFailure("a", 0), At(100), &effects));
+    denied(state_.ReportDone(a, wrong, 0, At(100), &effects));
+    denied(state_.Leave(a, wrong, "bye", At(100), &effects));
+    denied(state_.CatchUp(a, wrong, 0).status());
+  }
+  EXPECT_TRUE(effects.empty());
+  const StatusResponse status = JobStatus();
+  EXPECT_EQ(status.state(), "running");
+  EXPECT_EQ(status.round(), 0);
+  EXPECT_EQ(status.restart_count(), 0);
+  EXPECT_EQ(status.participants(), 2);
+  // Nor does a wrong heartbeat keep the node alive.
+  Beat({"b"}, At(kHeartbeatMs - 1));
+  Effects expired = Advance(At(kHeartbeatMs));
+  EXPECT_THAT(Pushed(expired), Contains(testing::Key("b")));
+  EXPECT_EQ(JobStatus().round(), 1);
+}
+
+TEST_F(StateTest, NodeThatLeftAndJoinsAgainGetsAFreshSecret) {
+  Form({{"a"}, {"b"}}, At(0));
+  Leave("b", At(10));
+  Effects effects;
+  // b presents its old secret: it is not live any more, so the server's new one counts.
+  ASSERT_TRUE(state_.Join(Request({"b"}), PeerOf("b"), "new-b", At(20), &effects).ok());
+  auto assigned = Assigned(Join({"a"}, At(30)));
+  ASSERT_EQ(assigned.size(), 2u);
+  EXPECT_EQ(assigned.at("b").node_secret(), "new-b");
+  EXPECT_EQ(state_.Heartbeat({job_, "b"}, SecretOf("b"), At(40)).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(state_.Heartbeat({job_, "b"}, "new-b", At(40)).ok());
+}
+
+TEST_F(StateTest, ANodeNoLongerInAClosedJobLearnsWhyButNotTheWorkersMessage) {
+  config_ = Config(2, 2, /*max_restarts=*/0);
+  Form({{"a"}, {"b"}}, At(0));
+  Fail("a", 0, At(10));  // closes: no restarts
+  absl::StatusOr<std::optional<WatchEvent>> member = state_.CatchUp({job_, "a"}, SecretOf("a"), 0);
+  ASSERT_TRUE(member.ok() && member->has_value());
+  EXPECT_EQ((*member)->job_closed().root_cause().message(), "boom");
+  absl::StatusOr<std::optional<WatchEvent>> stranger = state_.CatchUp({job_, "stranger"}, "", 0);
+  ASSERT_TRUE(stranger.ok() && stranger->has_value());
+  EXPECT_THAT((*stranger)->job_closed().reason(), HasSubstr("no restarts left"));
+  EXPECT_EQ((*stranger)->job_closed().root_cause().message(), "");
+  EXPECT_EQ(state_.CatchUp({job_, "a"}, "wrong", 0).status().code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+// ---------------------------------------------------------------- seats
+
+// min = max = 2: a spare that waited while the round ran must not take the
+// seat of a member rejoining after a failure.
+TEST_F(StateTest, SpareNeverTakesTheSeatOfAMemberRejoiningARestartRound) {
+  auto first = Form({{"a"}, {"b"}}, At(0));
+  EXPECT_THAT(Assigned(Join({"c"}, At(10))), IsEmpty());  // full: c waits
+  Effects failed = Fail("b", 0, At(20));
+  EXPECT_THAT(Assigned(failed), IsEmpty()) << "c must not fill the round with whoever comes first";
+  EXPECT_THAT(Assigned(Join({"a"}, At(30))), IsEmpty());
+  auto second = Assigned(Join({"b"}, At(40)));
+  EXPECT_THAT(Keys(second), ElementsAre("a", "b"));
+  for (const std::string id : {"a", "b"}) {
+    EXPECT_EQ(second.at(id).group_rank(), first.at(id).group_rank()) << id;
+    EXPECT_EQ(second.at(id).round(), 1);
+  }
+  EXPECT_EQ(JobStatus().waiting(), 1);  // c still waits for a free seat
+}
+
+TEST_F(StateTest, NewcomerDuringARestartRoundWaitsForTheMembers) {
+  Form({{"a"}, {"b"}}, At(0));
+  Fail("a", 0, At(10));
+  EXPECT_THAT(Assigned(Join({"c"}, At(20))), IsEmpty());  // both seats are held
+  EXPECT_THAT(Assigned(Join({"a"}, At(30))), IsEmpty());
+  EXPECT_THAT(Keys(Assigned(Join({"b"}, At(40)))), ElementsAre("a", "b"));
+}
+
+TEST_F(StateTest, MemberGoneFromARestartRoundFreesItsSeatForASpare) {
+  Form({{"a"}, {"b"}}, At(0));
+  Join({"c"}, At(10));  // waits
+  Fail("a", 0, At(20));
+  EXPECT_THAT(Assigned(Join({"b"}, At(30))), IsEmpty());
+  Effects left = Leave("a", At(40));
+  EXPECT_THAT(Keys(Assigned(left)), ElementsAre("b", "c"));
+}
+
+// Elastic, 2:3, full: the members get their seats back; a spare gets only
+// the seat of a member that is not back by the last call.
+TEST_F(StateTest, ElasticRestartSeatsMembersFirstAndSparesInWhatIsLeft) {
+  config_ = Config(2, 3);
+  auto first = Form({{"a"}, {"b"}, {"c"}}, At(0));
+  ASSERT_EQ(first.size(), 3u);
+  Join({"d"}, At(10));  // full: d waits
+  Fail("c", 0, At(20));
+  EXPECT_THAT(Assigned(Join({"a"}, At(30))), IsEmpty());
+  EXPECT_THAT(Assigned(Join({"b"}, At(30))), IsEmpty());  // at min: the last call runs
+  auto second = Assigned(Join({"c"}, At(500)));
+  EXPECT_THAT(Keys(second), ElementsAre("a", "b", "c"));
+  for (const auto& [id, a] : second) EXPECT_EQ(a.group_rank(), first.at(id).group_rank()) << id;
+
+  // Next failure: c does not come back by the last call; d takes its seat.
+  Fail("a", 1, At(1'000));
+  Join({"a"}, At(1'100));
+  Join({"b"}, At(1'100));
+  EXPECT_THAT(Assigned(Advance(At(1'100 + kLastCallMs - 1))), IsEmpty());
+  auto third = Assigned(Advance(At(1'100 + kLastCallMs)));
+  EXPECT_THAT(Keys(third), ElementsAre("a", "b", "d"));
+}
+
+// ---------------------------------------------------------------- protocol and field limits
+
+TEST_F(StateTest, JoinOfAnotherProtocolVersionIsRefusedNamingBothVersions) {
+  for (int version : {0, kProtocolVersion + 1}) {
+    JoinRequest request = Request({"a"});
+    request.set_protocol_version(version);
+    Effects effects;
+    absl::Status status = state_.Join(request, "peer", "s", At(0), &effects);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(status.message(), AllOf(HasSubstr(absl::StrCat("version ", version)),
+                                        HasSubstr(absl::StrCat("version ", kProtocolVersion)),
+                                        HasSubstr("same muster version on every node")));
+  }
+  EXPECT_EQ(state_.job_count(), 0u);
+}
+
+TEST_F(StateTest, JoinFieldsBeyondTheirBoundsAreRefusedNamingFieldAndBound) {
+  struct Case {
+    std::function<void(JoinRequest*)> change;
+    std::vector<std::string> said;
+  };
+  const std::vector<Case> cases = {
+      {[](JoinRequest* r) { r->mutable_node()->set_host(std::string(256, 'h')); }, {"host", "255"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_host("evil\nhost"); },
+       {"host", "control character"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_advertised_addr(std::string(256, '1')); },
+       {"advertised address", "255"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_advertised_addr("10.0.0.1\r"); },
+       {"advertised address", "control character"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_node_id(std::string(513, 'n')); },
+       {"node id", "512"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_node_id(""); }, {"node id", "1..512"}},
+      {[](JoinRequest* r) { r->set_node_secret(std::string(129, 's')); }, {"secret", "128"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_local_world_size(0); },
+       {"local_world_size", "65536"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_local_world_size(65537); },
+       {"local_world_size", "65536"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_master_port_candidate(65536); },
+       {"master_port_candidate", "65535"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_master_port_candidate(-1); },
+       {"master_port_candidate", "0 for none"}},
+      {[](JoinRequest* r) { r->mutable_config()->set_heartbeat_timeout_ms(0); },
+       {"heartbeat_timeout"}},
+  };
+  for (const Case& c : cases) {
+    JoinRequest request = Request({"a"});
+    c.change(&request);
+    Effects effects;
+    absl::Status status = state_.Join(request, "peer", "s", At(0), &effects);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.said[0];
+    for (const std::string& word : c.said) EXPECT_THAT(status.message(), HasSubstr(word));
+  }
+  EXPECT_EQ(state_.job_count(), 0u);
+  JoinRequest edge = Request(Spec("a").Lws(65536).Port(0).Host(std::string(255, 'h')));
+  Effects effects;
+  EXPECT_TRUE(state_.Join(edge, "peer", "s", At(0), &effects).ok());
+}
+
+TEST_F(StateTest, JobWhoseWorldSizeWouldNotFitInt32IsRefused) {
+  config_ = Config(65536, 65536);
+  Effects effects;
+  // 32767 nodes of 65536 workers: 2^31 - 65536; one more would be 2^31.
+  for (int i = 0; i < 32767; ++i) {
+    ASSERT_TRUE(TryJoin(Spec(absl::StrCat("n", i).c_str()).Lws(65536), At(0), &effects).ok()) << i;
+  }
+  absl::Status status = TryJoin(Spec("last").Lws(65536), At(0), &effects);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("2147483648 workers"), HasSubstr("2147483647")));
+  EXPECT_TRUE(TryJoin(Spec("small").Lws(65535), At(0), &effects).ok());
+}
+
+TEST_F(StateTest, LongFailureMessageIsCutNotRefused) {
+  config_ = Config(2, 2, /*max_restarts=*/0);
+  Form({{"a"}, {"b"}}, At(0));
+  Failure failure = MakeFailure("a", 0);
+  const std::string traceback = "Traceback (most recent call last):\n" + std::string(1 << 20, 'x');
+  failure.set_message(traceback);
+  Effects effects;
+  ASSERT_TRUE(state_.ReportFailure({job_, "a"}, SecretOf("a"), 0, failure, At(10), &effects).ok());
+  auto pushed = Pushed(effects);
+  ASSERT_EQ(pushed["b"].size(), 1u);
+  const std::string& kept = pushed["b"][0].job_closed().root_cause().message();
+  EXPECT_LE(kept.size(), kMaxFailureMessageBytes);
+  EXPECT_GT(kept.size(), kMaxFailureMessageBytes - 100);
+  EXPECT_EQ(kept.substr(0, 35), traceback.substr(0, 35));
+  EXPECT_THAT(kept, testing::EndsWith(" bytes]"));
+  EXPECT_THAT(kept, HasSubstr("... [cut: "));
+}
+
+// What a node sends comes back to the others bounded, with no control
+// character to forge a log line.
+TEST_F(StateTest, TextsTheServerBuildsFromClientInputAreBounded) {
+  Form({{"a"}, {"b"}}, At(0));
+  Effects left = Leave("b", At(10), "line one\nforged log line" + std::string(1 << 20, 'r'));
+  auto pushed = Pushed(left);
+  ASSERT_EQ(pushed["a"].size(), 1u);
+  const std::string& detail = pushed["a"][0].round_changed().detail();
+  EXPECT_LE(detail.size(), kMaxDetailBytes);
+  EXPECT_THAT(detail, Not(HasSubstr("\n")));
+  EXPECT_THAT(detail, HasSubstr("line one?forged"));
+  for (const std::string& line : left.log) EXPECT_LE(line.size(), kMaxDetailBytes + 256);
+
+  // A join timeout naming many missing hosts names 16 and counts the rest.
+  config_ = Config(100, 100);
+  job_ = "big";
+  for (int i = 0; i < 99; ++i) {
+    Join(Spec(absl::StrCat("n", i).c_str()).Host(absl::StrCat(std::string(250, 'h'), i)), At(0));
+  }
+  for (int i = 1; i < 99; ++i) Leave(absl::StrCat("n", i), At(1));
+  Effects timed_out = Advance(At(kJoinTimeoutMs));
+  ASSERT_EQ(timed_out.join_failed.size(), 1u);
+  const std::string message(timed_out.join_failed[0].second.message());
+  EXPECT_LE(message.size(), kMaxDetailBytes + 300);
+  EXPECT_EQ(JobStatus().state(), "closed");
+  EXPECT_LE(JobStatus().ByteSizeLong(), 8'000u);
+}
+
+// ---------------------------------------------------------------- job lifetime and count
+
+TEST_F(StateTest, JobWithNoNodeIsForgottenAfterItsJoinTimeout) {
+  Join({"a"}, At(0));
+  Effects effects;
+  state_.CancelJoin({job_, "a"}, At(1'000), &effects);
+  EXPECT_EQ(state_.job_count(), 1u);
+  EXPECT_EQ(state_.NextDeadline(), At(1'000 + kJoinTimeoutMs));
+  Advance(At(1'000 + kJoinTimeoutMs - 1));
+  EXPECT_EQ(state_.job_count(), 1u);
+  Effects forgotten = Advance(At(1'000 + kJoinTimeoutMs));
+  EXPECT_EQ(state_.job_count(), 0u);
+  EXPECT_EQ(state_.open_job_count(), 0u);
+  EXPECT_THAT(forgotten.log, Contains(HasSubstr("forgotten: no node in it")));
+  EXPECT_EQ(state_.NextDeadline(), std::nullopt);
+}
+
+TEST_F(StateTest, EmptyJobIsForgottenAfterMaxJoinTimeoutWhateverTheClientAsks) {
+  RendezvousState state(StateOptions{.max_join_timeout = absl::Seconds(10)});
+  config_.set_join_timeout_ms(kMaxTimeoutMs);  // 7 days asked
+  Effects effects;
+  ASSERT_TRUE(state.Join(Request({"a"}), "peer", "s", At(0), &effects).ok());
+  state.CancelJoin({job_, "a"}, At(0), &effects);
+  EXPECT_EQ(state.NextDeadline(), At(10'000));
+  state.Advance(At(9'999), &effects);
+  EXPECT_EQ(state.job_count(), 1u);
+  state.Advance(At(10'000), &effects);
+  EXPECT_EQ(state.job_count(), 0u);
+}
+
+TEST_F(StateTest, JobWithLiveNodesIsNotForgotten) {
+  config_ = Config(1, 2);
+  Join({"a"}, At(0));
+  Effects effects;
+  state_.SetWatching({job_, "a"}, true, At(0), &effects);
+  Advance(At(kJoinTimeoutMs * 10));
+  EXPECT_EQ(state_.job_count(), 1u);
+  EXPECT_EQ(JobStatus().state(), "running");
+}
+
+// 10,000 jobs, each opened by a join its caller cancelled at once: the most
+// the server holds; one more is refused; all are gone after their timeout.
+TEST_F(StateTest, TenThousandJunkJobsAreRefusedBeyondMaxJobsAndForgotten) {
+  Effects effects;
+  for (int i = 0; i < 10'000; ++i) {
+    job_ = absl::StrCat("junk-", i);
+    ASSERT_TRUE(TryJoin({"x"}, At(0), &effects).ok()) << i;
+    state_.CancelJoin({job_, "x"}, At(0), &effects);
+  }
+  EXPECT_EQ(state_.open_job_count(), 10'000u);
+  job_ = "one-more";
+  absl::Status refused = TryJoin({"x"}, At(1), &effects);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(),
+              AllOf(HasSubstr("holds 10000 open jobs"), HasSubstr("musterd --max-jobs")));
+  job_ = "junk-7";  // an open job takes joins still
+  EXPECT_TRUE(TryJoin({"y"}, At(1), &effects).ok());
+  Effects forgotten = Advance(At(kJoinTimeoutMs));
+  EXPECT_EQ(state_.job_count(), 1u);  // junk-7 has a node again
+  EXPECT_LE(forgotten.log.size(), 11u) << "one line per forgotten job floods the log";
+  EXPECT_THAT(forgotten.log, Contains(HasSubstr("9989 more jobs forgotten")));
+  job_ = "one-more";
+  EXPECT_TRUE(TryJoin({"x"}, At(kJoinTimeoutMs), &effects).ok());
+}
+
+TEST_F(StateTest, MaxJobsCountsOnlyOpenJobs) {
+  RendezvousState state(StateOptions{.max_jobs = 2});
+  config_ = Config(1, 1);
+  Effects effects;
+  auto join = [&](const std::string& job) {
+    job_ = job;
+    return state.Join(Request({"a"}), "peer", "s", At(0), &effects);
+  };
+  ASSERT_TRUE(join("one").ok());
+  ASSERT_TRUE(join("two").ok());
+  absl::Status refused = join("three");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(),
+              AllOf(HasSubstr("holds 2 open jobs"), HasSubstr("(musterd --max-jobs 2)")));
+  ASSERT_TRUE(state.ReportDone({"one", "a"}, "s", 0, At(1), &effects).ok());  // closed
+  EXPECT_EQ(state.open_job_count(), 1u);
+  EXPECT_TRUE(join("three").ok());
 }
 
 }  // namespace

@@ -1,0 +1,17 @@
+// The version of the rendezvous protocol (proto/rendezvous.proto) this build
+// speaks. A server and its agents must speak the same one: the server
+// refuses a join of another version, and an agent refuses an answer of
+// another. Bump it with every change to the messages' meaning.
+#ifndef MUSTER_RENDEZVOUS_PROTOCOL_H_
+#define MUSTER_RENDEZVOUS_PROTOCOL_H_
+
+#include <cstdint>
+
+namespace muster::rdzv {
+
+// 0 is what a peer older than versions sends (the field's default).
+inline constexpr int32_t kProtocolVersion = 1;
+
+}  // namespace muster::rdzv
+
+#endif  // MUSTER_RENDEZVOUS_PROTOCOL_H_
