@@ -165,7 +165,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-jobs", max_jobs,
                  "the most jobs served at once (not yet closed); a join that would open one "
-                 "more is refused")
+                 "more is refused. As many closed jobs are remembered, the longest closed "
+                 "forgotten first")
       ->type_name("N")
       ->capture_default_str();
   app.set_version_flag("--version", std::string("musterd ") + MUSTER_VERSION);
@@ -193,6 +194,7 @@ int Main(int argc, char** argv) {
     return Error(kExitUsage, absl::StrCat("--max-jobs ", max_jobs, ": give at least 1"));
   }
   options.hub.state.max_jobs = static_cast<size_t>(max_jobs);
+  options.hub.state.max_closed_jobs = static_cast<size_t>(max_jobs);
   if (listen.empty()) return Error(kExitUsage, "--listen is empty; give an address, e.g. 0.0.0.0");
   if (std::count(listen.begin(), listen.end(), ':') == 1) {
     return Error(kExitUsage, absl::StrCat("--listen ", listen,

@@ -250,6 +250,7 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
         options_.max_jobs, "); wait for jobs to end, or run musterd with a larger --max-jobs"));
   }
 
+  if (jobs_.find(request.job_id()) == jobs_.end()) TrimClosedJobs(effects);
   auto [it, created] = jobs_.try_emplace(request.job_id());
   Job& job = it->second;
   if (created) {
@@ -417,6 +418,27 @@ absl::Status RendezvousState::Leave(const NodeKey& key, absl::string_view secret
   return absl::OkStatus();
 }
 
+void RendezvousState::TrimClosedJobs(Effects* effects) {
+  int forgotten = 0;
+  while (!closed_order_.empty()) {
+    const auto& [closed_at, id] = closed_order_.front();
+    auto it = jobs_.find(id);
+    const bool stale = it == jobs_.end() || it->second.phase != Phase::kClosed ||
+                       it->second.closed_at != closed_at;
+    if (!stale && jobs_.size() - open_jobs_ <= options_.max_closed_jobs) break;
+    if (!stale) {
+      jobs_.erase(it);
+      ++forgotten;
+    }
+    closed_order_.pop_front();
+  }
+  if (forgotten > 0) {
+    effects->log.push_back(
+        absl::StrCat(forgotten, " closed job(s) forgotten early: the rendezvous keeps at most ",
+                     options_.max_closed_jobs, " closed jobs"));
+  }
+}
+
 void RendezvousState::Advance(absl::Time now, Effects* effects) {
   // A closed job is kept a while, so that late nodes learn it is over, then
   // forgotten: a long-lived server does not grow, and the id can be used again.
@@ -486,6 +508,7 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
       Close(job, false, reason, std::nullopt, now, effects, absl::StatusCode::kDeadlineExceeded);
     }
   }
+  TrimClosedJobs(effects);
 }
 
 std::optional<absl::Time> RendezvousState::NextDeadline() const {
@@ -736,7 +759,10 @@ void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
 void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
                             const std::optional<Failure>& root_cause, absl::Time now,
                             Effects* effects, absl::StatusCode pending_join_code) {
-  if (job.phase != Phase::kClosed) --open_jobs_;
+  if (job.phase != Phase::kClosed) {
+    --open_jobs_;
+    closed_order_.emplace_back(now, job.id);
+  }
   job.phase = Phase::kClosed;
   job.closed_at = now;
   effects->rearm_timer = true;  // the retention deadline

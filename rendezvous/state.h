@@ -8,6 +8,7 @@
 #define MUSTER_RENDEZVOUS_STATE_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -97,6 +98,10 @@ struct StateOptions {
   // Open (not yet closed) jobs at most; a join that would open one more is
   // refused with kResourceExhausted.
   size_t max_jobs = 10'000;
+  // Closed jobs kept (for kClosedJobRetention, so that late nodes learn how
+  // the job ended) at most; past it the longest closed are forgotten first.
+  // With max_jobs, what bounds the server's memory whatever clients do.
+  size_t max_closed_jobs = 10'000;
 };
 
 class RendezvousState {
@@ -241,9 +246,17 @@ class RendezvousState {
   // Whether the heartbeat timer applies to the node.
   static bool NeedsHeartbeat(const Job& job, const std::string& node_id, const Node& node);
 
+  // Forgets the longest closed jobs while more than max_closed_jobs are
+  // kept. Not from inside a loop over jobs_: it erases from it.
+  void TrimClosedJobs(Effects* effects);
+
   const StateOptions options_;
   std::map<std::string, Job, std::less<>> jobs_;
   size_t open_jobs_ = 0;
+  // Closed jobs in the order they closed (their closed_at, their id); an
+  // entry whose job was forgotten since, or reopened under the same id, is
+  // stale and skipped.
+  std::deque<std::pair<absl::Time, std::string>> closed_order_;
 };
 
 }  // namespace muster::rdzv

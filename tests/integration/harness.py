@@ -17,6 +17,9 @@ MUSTER = os.environ.get("MUSTER", os.path.join(ROOT, "build", "launcher", "muste
 MUSTERD = os.environ.get("MUSTERD", os.path.join(ROOT, "build", "rendezvous", "musterd"))
 # An outsider's rendezvous client (tests/tools/rdzv_call.cc).
 RDZV_CALL = os.environ.get("RDZV_CALL", os.path.join(ROOT, "build", "tests", "tools", "rdzv-call"))
+# Many junk jobs at once (tests/tools/rdzv_flood.cc).
+RDZV_FLOOD = os.environ.get("RDZV_FLOOD",
+                            os.path.join(ROOT, "build", "tests", "tools", "rdzv-flood"))
 TORCHRUN = os.path.join(HERE, "torchrun.py")
 PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one with python3-torch
 WORKERS = os.path.join(HERE, "workers")

@@ -93,7 +93,7 @@ class HubTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  RendezvousHub hub_{HubOptions{.clock = &clock_, .timer_thread = false}};
+  RendezvousHub hub_{HubOptions{.clock = &clock_, .timer_thread = false, .state = {}}};
 };
 
 TEST_F(HubTest, SilentNodeIsLostWhenTheClockReachesItsHeartbeatTimeoutAndNotBefore) {
@@ -226,10 +226,10 @@ TEST_F(HubTest, WatchWithoutTheNodesSecretIsRefusedAndLeavesTheNodesOwnWatchOpen
 }
 
 TEST_F(HubTest, CancelledJoinsLeaveNoJobBehindPastMaxJoinTimeout) {
-  RendezvousHub hub(
-      HubOptions{.clock = &clock_,
-                 .timer_thread = false,
-                 .state = StateOptions{.max_join_timeout = absl::Seconds(3), .max_jobs = 1}});
+  HubOptions options{.clock = &clock_, .timer_thread = false, .state = {}};
+  options.state.max_join_timeout = absl::Seconds(3);
+  options.state.max_jobs = 1;
+  RendezvousHub hub(options);
   JobConfig config = Config(2, 2);
   config.set_join_timeout_ms(3'600'000);
   const uint64_t ticket = hub.NewTicket();

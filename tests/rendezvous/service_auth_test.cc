@@ -75,7 +75,7 @@ class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.hub = HubOptions{.clock = &clock_, .timer_thread = false};
+    options.hub = HubOptions{.clock = &clock_, .timer_thread = false, .state = {}};
     options.token = kToken;
     absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
         RendezvousServer::Start("127.0.0.1", 0, options);
@@ -288,7 +288,7 @@ TEST_F(AuthTest, AgentClientWithoutATokenIsToldToGiveOne) {
 TEST(NoTokenTest, ServerWithoutATokenAnswersEveryone) {
   FakeClock clock;
   ServerOptions options;
-  options.hub = HubOptions{.clock = &clock, .timer_thread = false};
+  options.hub = HubOptions{.clock = &clock, .timer_thread = false, .state = {}};
   absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
       RendezvousServer::Start("127.0.0.1", 0, options);
   ASSERT_TRUE(server.ok()) << server.status();

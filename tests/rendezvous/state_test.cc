@@ -1249,7 +1249,9 @@ TEST_F(StateTest, JobWithNoNodeIsForgottenAfterItsJoinTimeout) {
 }
 
 TEST_F(StateTest, EmptyJobIsForgottenAfterMaxJoinTimeoutWhateverTheClientAsks) {
-  RendezvousState state(StateOptions{.max_join_timeout = absl::Seconds(10)});
+  StateOptions options;
+  options.max_join_timeout = absl::Seconds(10);
+  RendezvousState state(options);
   config_.set_join_timeout_ms(kMaxTimeoutMs);  // 7 days asked
   Effects effects;
   ASSERT_TRUE(state.Join(Request({"a"}), "peer", "s", At(0), &effects).ok());
@@ -1297,7 +1299,9 @@ TEST_F(StateTest, TenThousandJunkJobsAreRefusedBeyondMaxJobsAndForgotten) {
 }
 
 TEST_F(StateTest, MaxJobsCountsOnlyOpenJobs) {
-  RendezvousState state(StateOptions{.max_jobs = 2});
+  StateOptions options;
+  options.max_jobs = 2;
+  RendezvousState state(options);
   config_ = Config(1, 1);
   Effects effects;
   auto join = [&](const std::string& job) {
@@ -1313,6 +1317,40 @@ TEST_F(StateTest, MaxJobsCountsOnlyOpenJobs) {
   ASSERT_TRUE(state.ReportDone({"one", "a"}, "s", 0, At(1), &effects).ok());  // closed
   EXPECT_EQ(state.open_job_count(), 1u);
   EXPECT_TRUE(join("three").ok());
+}
+
+TEST_F(StateTest, ClosedJobsBeyondMaxClosedJobsAreForgottenLongestClosedFirst) {
+  StateOptions options;
+  options.max_closed_jobs = 3;
+  RendezvousState state(options);
+  config_ = Config(1, 1);
+  Effects effects;
+  for (int i = 0; i < 5; ++i) {
+    job_ = absl::StrCat("done-", i);
+    ASSERT_TRUE(state.Join(Request({"a"}), "peer", "s", At(i), &effects).ok()) << i;
+    ASSERT_TRUE(state.ReportDone({job_, "a"}, "s", 0, At(i), &effects).ok()) << i;
+  }
+  // Trimmed as a new job comes (done-0 as done-4 came) and as time passes
+  // (done-1): never more than 3 kept.
+  Effects later;
+  state.Advance(At(10), &later);
+  EXPECT_EQ(state.job_count(), 3u);
+  EXPECT_THAT(later.log, Contains(HasSubstr("1 closed job(s) forgotten early: the rendezvous keeps "
+                                            "at most 3 closed jobs")));
+  EXPECT_TRUE(absl::IsNotFound(state.Status("done-0").status()));
+  EXPECT_TRUE(absl::IsNotFound(state.Status("done-1").status()));
+  for (const char* kept : {"done-2", "done-3", "done-4"}) {
+    EXPECT_TRUE(state.Status(kept).ok()) << kept;
+  }
+  // An id used again after it was forgotten is a new job, and its close is
+  // counted once.
+  job_ = "done-0";
+  ASSERT_TRUE(state.Join(Request({"a"}), "peer", "s", At(11), &effects).ok());
+  ASSERT_TRUE(state.ReportDone({job_, "a"}, "s", 0, At(11), &effects).ok());
+  state.Advance(At(12), &effects);
+  EXPECT_EQ(state.job_count(), 3u);
+  EXPECT_TRUE(state.Status("done-0").ok());
+  EXPECT_TRUE(absl::IsNotFound(state.Status("done-2").status()));
 }
 
 }  // namespace
