@@ -15,8 +15,6 @@ namespace {
 
 // At most this many node names in a message; the rest are counted.
 constexpr size_t kMaxNamedNodes = 16;
-// Printed at most per Advance; the rest are counted in one line.
-constexpr int kMaxForgottenLogged = 10;
 
 std::string FormatDuration(int64_t ms) { return absl::StrCat(ms / 1000.0, " s"); }
 
@@ -258,9 +256,10 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
     job.id = request.job_id();
     job.config = request.config();
     job.empty_since = now;
-    effects->log.push_back(absl::StrCat("job '", job.id, "' created: nodes ",
-                                        job.config.min_nodes(), ":", job.config.max_nodes(),
-                                        ", max_restarts ", job.config.max_restarts()));
+    LogLimited("created",
+               absl::StrCat("job '", job.id, "' created: nodes ", job.config.min_nodes(), ":",
+                            job.config.max_nodes(), ", max_restarts ", job.config.max_restarts()),
+               now, effects);
   }
 
   auto [node_it, is_new] = job.nodes.try_emplace(info.node_id());
@@ -418,6 +417,17 @@ absl::Status RendezvousState::Leave(const NodeKey& key, absl::string_view secret
   return absl::OkStatus();
 }
 
+void RendezvousState::LogLimited(absl::string_view kind, std::string line, absl::Time now,
+                                 Effects* effects) {
+  const LogLimiter::Verdict verdict = log_limiter_.Allow(kind, now);
+  if (!verdict.log) return;
+  if (verdict.dropped > 0) {
+    absl::StrAppend(&line, " (and ", verdict.dropped, " more '", kind,
+                    "' lines left out: at most 10 a second)");
+  }
+  effects->log.push_back(std::move(line));
+}
+
 void RendezvousState::TrimClosedJobs(Effects* effects) {
   int forgotten = 0;
   while (!closed_order_.empty()) {
@@ -444,7 +454,6 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
   // forgotten: a long-lived server does not grow, and the id can be used again.
   // A job nobody is in (they left, were lost, or never got in) is forgotten
   // too: joins that are cancelled at once cannot fill the server with jobs.
-  int forgotten = 0;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = it->second;
     const bool closed = job.phase == Phase::kClosed;
@@ -455,18 +464,14 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
       ++it;
       continue;
     }
-    if (++forgotten <= kMaxForgottenLogged) {
-      effects->log.push_back(
-          closed ? absl::StrCat("job '", job.id, "' forgotten")
-                 : absl::StrCat("job '", job.id, "' forgotten: no node in it for ",
-                                FormatDuration(absl::ToInt64Milliseconds(EmptyJobLifetime(job)))));
-    }
+    LogLimited("forgotten",
+               closed
+                   ? absl::StrCat("job '", job.id, "' forgotten")
+                   : absl::StrCat("job '", job.id, "' forgotten: no node in it for ",
+                                  FormatDuration(absl::ToInt64Milliseconds(EmptyJobLifetime(job)))),
+               now, effects);
     if (!closed) --open_jobs_;
     it = jobs_.erase(it);
-  }
-  if (forgotten > kMaxForgottenLogged) {
-    effects->log.push_back(
-        absl::StrCat("and ", forgotten - kMaxForgottenLogged, " more jobs forgotten"));
   }
   for (auto& [id, job] : jobs_) {
     if (job.phase == Phase::kClosed) continue;

@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.pb.h"
+#include "rendezvous/log_limiter.h"
 
 namespace muster::rdzv {
 
@@ -249,6 +250,10 @@ class RendezvousState {
   // Forgets the longest closed jobs while more than max_closed_jobs are
   // kept. Not from inside a loop over jobs_: it erases from it.
   void TrimClosedJobs(Effects* effects);
+  // Adds `line` to the log unless more than 10 lines of `kind` came this
+  // second; says how many were left out on the next that is added. For the
+  // lines one per job: a flood of junk jobs is no flood of log lines.
+  void LogLimited(absl::string_view kind, std::string line, absl::Time now, Effects* effects);
 
   const StateOptions options_;
   std::map<std::string, Job, std::less<>> jobs_;
@@ -257,6 +262,7 @@ class RendezvousState {
   // entry whose job was forgotten since, or reopened under the same id, is
   // stale and skipped.
   std::deque<std::pair<absl::Time, std::string>> closed_order_;
+  LogLimiter log_limiter_;
 };
 
 }  // namespace muster::rdzv
