@@ -59,12 +59,15 @@ def reserved_port():
         yield s.getsockname()[1]
 
 
-def agent_command(launcher, muster, nnodes, port, job, max_restarts, directory, torch_interval):
+def agent_command(launcher, muster, nnodes, port, job, max_restarts, directory, torch_interval,
+                  conf=""):
+    """conf: more --rdzv-conf KEY=VALUE pairs for muster (token_file=..., TLS files)."""
     worker = ["sh", "-c", WORKER, "worker", directory]
     if launcher == "muster":
+        rdzv_conf = "last_call_timeout=1" + ("," + conf if conf else "")
         return [muster, "--nnodes", str(nnodes), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job, "--max-restarts",
-                str(max_restarts), "--rdzv-conf", "last_call_timeout=1", "--no-python", *worker]
+                str(max_restarts), "--rdzv-conf", rdzv_conf, "--no-python", *worker]
     extra = ["--monitor_interval", str(torch_interval)] if torch_interval else []
     return TORCHRUN + ["--nnodes", str(nnodes), "--nproc_per_node", "1", "--rdzv_backend", "c10d",
                        "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", job, "--max_restarts",
@@ -110,14 +113,14 @@ def restart_latency(launcher, muster, torch_interval=None):
 
 
 def restart_run(launcher, muster, torch_interval=None, fail_after=None, log_dir=None, env=None,
-                timeout=120):
+                timeout=120, conf=""):
     """One restart: (latency in ms, when rank 1 failed in s after the agents
     started). fail_after: seconds after the agents start at which rank 1
     fails (default: 1.5 s after it starts). env: extra variables for the
     agents."""
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as d, reserved_port() as port:
         env = dict(os.environ, FAIL="1", SLEEP="0.5", OMP_NUM_THREADS="1", **(env or {}))
-        commands = [agent_command(launcher, muster, 2, port, "restart", 1, d, torch_interval)
+        commands = [agent_command(launcher, muster, 2, port, "restart", 1, d, torch_interval, conf)
                     for _ in range(2)]
         if fail_after is not None:
             env["FAIL_AT"] = str(time.time_ns() + int(fail_after * 1e9))
@@ -137,11 +140,11 @@ def restart_run(launcher, muster, torch_interval=None, fail_after=None, log_dir=
         return (max(first.values()) - exit_ns) / 1e6, (exit_ns - began) / 1e9
 
 
-def startup(launcher, muster, agents, torch_interval=None):
+def startup(launcher, muster, agents, torch_interval=None, conf=""):
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as d, reserved_port() as port:
         env = dict(os.environ, FAIL="0", SLEEP="0.5", OMP_NUM_THREADS="1")
-        commands = [agent_command(launcher, muster, agents, port, "startup", 0, d, torch_interval)
-                    for _ in range(agents)]
+        commands = [agent_command(launcher, muster, agents, port, "startup", 0, d, torch_interval,
+                                  conf) for _ in range(agents)]
         began, codes = run_agents(commands, env, timeout=300)
         if any(codes):
             sys.exit(f"{launcher}: agents exited {codes}")

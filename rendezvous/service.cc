@@ -71,6 +71,9 @@ class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
         slot_(std::move(slot)) {}
 
   void Complete(absl::StatusOr<Assignment> result) {
+    // No longer pending: the connection's place is free now, not once gRPC
+    // gets round to OnDone (which can be dozens of calls later).
+    slot_.reset();
     if (result.ok()) {
       *response_->mutable_assignment() = *std::move(result);
       response_->set_protocol_version(kProtocolVersion);
@@ -88,7 +91,7 @@ class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
   const NodeKey key_;
   const uint64_t ticket_;
   JoinResponse* const response_;
-  const PeerLimits::Slot slot_;  // given back as the call is deleted
+  std::optional<PeerLimits::Slot> slot_;  // given back as the join completes
 };
 
 // A node's watch stream: events are written one at a time, in order; a
