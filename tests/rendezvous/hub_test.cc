@@ -93,7 +93,7 @@ class HubTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  RendezvousHub hub_{HubOptions{.clock = &clock_, .timer_thread = false}};
+  RendezvousHub hub_{HubOptions{.clock = &clock_, .timer_thread = false, .state = {}}};
 };
 
 TEST_F(HubTest, SilentNodeIsLostWhenTheClockReachesItsHeartbeatTimeoutAndNotBefore) {

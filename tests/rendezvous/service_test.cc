@@ -151,7 +151,7 @@ class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.hub = HubOptions{.clock = &clock_, .timer_thread = false};
+    options.hub = HubOptions{.clock = &clock_, .timer_thread = false, .state = {}};
     absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
         RendezvousServer::Start("127.0.0.1", 0, options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -795,7 +795,7 @@ class PeerBoundsTest : public ServiceTest {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.hub = HubOptions{.clock = &clock_, .timer_thread = false};
+    options.hub = HubOptions{.clock = &clock_, .timer_thread = false, .state = {}};
     options.per_peer = PeerBounds{.pending_joins = 2, .open_watches = 2};
     absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
         RendezvousServer::Start("127.0.0.1", 0, options);
