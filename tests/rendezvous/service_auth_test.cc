@@ -75,7 +75,7 @@ class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.hub = HubOptions{.clock = &clock_, .timer_thread = false};
+    options.hub = HubOptions{.clock = &clock_, .timer_thread = false, .state = {}};
     options.token = kToken;
     absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
         RendezvousServer::Start("127.0.0.1", 0, options);
@@ -165,8 +165,8 @@ class AuthTest : public ::testing::Test {
 
   // The job "job" with node "a" in its round, joined with the token.
   void JoinNodeA() {
-    std::unique_ptr<RendezvousClient> client =
-        RendezvousClient::Create(target_, ClientOptions{.token = kToken, .token_file = "/t"});
+    std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(
+        target_, ClientOptions{.token = kToken, .token_file = "/t", .tls = {}});
     absl::StatusOr<Assignment> joined = client->JoinSync(MakeJoin("job", "a"), kRpc);
     ASSERT_TRUE(joined.ok()) << joined.status();
     secret_a_ = joined->node_secret();
@@ -256,7 +256,8 @@ TEST_F(AuthTest, AgentClientWithTheTokenRunsAJob) {
 
 TEST_F(AuthTest, AgentClientWithAWrongTokenIsToldWhichFileAndWhatToDo) {
   std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(
-      target_, ClientOptions{.token = "another-token-0123456789", .token_file = "/etc/tok"});
+      target_,
+      ClientOptions{.token = "another-token-0123456789", .token_file = "/etc/tok", .tls = {}});
   absl::StatusOr<Assignment> joined = client->JoinSync(MakeJoin("job", "a"), kRpc);
   ASSERT_TRUE(absl::IsUnauthenticated(joined.status())) << joined.status();
   EXPECT_THAT(joined.status().message(),
@@ -288,7 +289,7 @@ TEST_F(AuthTest, AgentClientWithoutATokenIsToldToGiveOne) {
 TEST(NoTokenTest, ServerWithoutATokenAnswersEveryone) {
   FakeClock clock;
   ServerOptions options;
-  options.hub = HubOptions{.clock = &clock, .timer_thread = false};
+  options.hub = HubOptions{.clock = &clock, .timer_thread = false, .state = {}};
   absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
       RendezvousServer::Start("127.0.0.1", 0, options);
   ASSERT_TRUE(server.ok()) << server.status();
