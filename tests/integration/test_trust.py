@@ -347,6 +347,13 @@ class Tls(TrustTest):
                 self.assertEqual(result.returncode, 2, result.stderr)
                 self.assertIn("rendezvous TLS (--rdzv-conf cacert, cert, key): ", result.stderr)
                 self.assertIn(says, result.stderr)
+        # A hosting agent needs a certificate to serve with.
+        result = run([MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                      "--rdzv-id", JOB, "--rdzv-conf", f"is_host=1,cacert={self.pki['ca.pem']}",
+                      "--no-python", "true"], timeout=30)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("it has no certificate to serve with: give --rdzv-conf cert=PATH,key=PATH",
+                      result.stderr)
         for args, says in [(["--tls-cert", self.pki["server.pem"]], "--tls-cert needs --tls-key"),
                            (["--tls-key", self.pki["server.key"]], "--tls-key needs --tls-cert"),
                            (["--tls-cacert", self.pki["ca.pem"]],
