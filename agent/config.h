@@ -49,6 +49,11 @@ struct RdzvConf {
   // The job's shared token file (rendezvous/token.h): token_file=, else
   // MUSTER_TOKEN_FILE. Empty: no authentication.
   std::string token_file;
+  // TLS to the rendezvous, torchrun's etcd key names (paths of PEM files,
+  // read and checked when the launch starts; rendezvous/tls.h). None: plaintext.
+  std::string cacert;
+  std::string cert;
+  std::string key;
 };
 
 struct LaunchConfig {

@@ -85,7 +85,7 @@ constexpr absl::string_view kTokenFileEnv = "MUSTER_TOKEN_FILE";
 constexpr absl::string_view kRdzvConfKeys =
     "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
     "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
-    "token_file (a path)";
+    "token_file, cacert, cert, key (paths)";
 
 constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
     {Key::kNnodes, "--nnodes", "--nnodes", "PET_NNODES", "N|MIN:MAX", "1:1", kNodesGroup,
@@ -108,7 +108,9 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "seconds: join_timeout (600), last_call_timeout (30),\n"
      "close_timeout (30), heartbeat_timeout (30), read_timeout (60),\n"
      "keep_alive_interval (5); keep_alive_max_attempt (3); is_host (1/0);\n"
-     "token_file=PATH: the job's shared token (else MUSTER_TOKEN_FILE)"},
+     "token_file=PATH: the job's shared token (else MUSTER_TOKEN_FILE);\n"
+     "cacert=PATH: TLS, the server checked against this CA;\n"
+     "cert=PATH,key=PATH: with cacert, this node's client certificate"},
     {Key::kStandalone, "--standalone", "--standalone", "PET_STANDALONE", "", "off", kRdzvGroup,
      "one node; rendezvous on a free local port, random id"},
     {Key::kMasterAddr, "--master-addr", "--master-addr,--master_addr", "PET_MASTER_ADDR", "ADDR",
@@ -395,6 +397,9 @@ absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
       conf.is_host = *is_host;
     } else if (key == "token_file") {
       conf.token_file = std::string(value);  // read (and checked) when the launch starts
+    } else if (key == "cacert" || key == "cert" || key == "key") {
+      // Read (and checked, together) when the launch starts.
+      (key == "cacert" ? conf.cacert : key == "cert" ? conf.cert : conf.key) = std::string(value);
     } else {
       return Invalid(given, absl::StrCat("unknown key ", Shown(key)), fix);
     }

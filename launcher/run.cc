@@ -27,6 +27,7 @@
 #include "rendezvous/local_client.h"
 #include "rendezvous/service.h"
 #include "rendezvous/state.h"
+#include "rendezvous/tls.h"
 #include "rendezvous/token.h"
 
 namespace muster {
@@ -95,9 +96,10 @@ void WarnNoToken(const std::string& where) {
 
 // `one_node`: standalone or static, where nobody else needs to reach the
 // rendezvous (it listens on no port). `token`: the job's shared token, ""
-// for none. Errors are usage errors.
+// for none. `tls`: checked already (ClientTlsCredentials); empty for
+// plaintext. Errors are usage errors.
 absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_node, bool quiet,
-                                           const std::string& token) {
+                                           const std::string& token, const rdzv::TlsFiles& tls) {
   Rendezvous out;
   if (one_node) {
     // The rendezvous only counts restarts; it gets no port. Its log would
@@ -117,7 +119,10 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
   if (!endpoint.ok()) return endpoint.status();
   const std::string dial_host = NumericLoopback(endpoint->host);
   const HostingFacts facts{endpoint->host, HostName(), config.local_addr, config.rdzv_conf.is_host};
-  const char* auth = token.empty() ? "none" : "token";
+  const std::string auth =
+      absl::StrCat(token.empty() ? "none" : "token", tls.empty() ? "" : ", tls");
+  // With client certificates the server lets in only holders of one.
+  const bool warn_no_token = token.empty() && tls.cert.empty();
   if (ShouldHostRendezvous(facts, IsLocalAddress)) {
     // Every other node keeps a connection to this one open; the workers get
     // the limit back (ChildProcess::Spawn).
@@ -126,6 +131,25 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
     }
     rdzv::ServerOptions server_options;
     server_options.token = token;  // the same as its agents': they call with it
+    if (!tls.empty()) {
+      // The same files as its agents': they check its certificate against
+      // cacert, and it requires theirs.
+      if (tls.cert.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "this node hosts the rendezvous (", endpoint->host,
+            " is its address) and TLS is on, but it has no certificate to serve with: give "
+            "--rdzv-conf cert=PATH,key=PATH (a certificate that cacert signed, naming ",
+            endpoint->host, "), or run musterd --tls-cert/--tls-key and is_host=0"));
+      }
+      absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> checked =
+          rdzv::ServerTlsCredentials(tls);
+      if (!checked.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rendezvous TLS (--rdzv-conf cert, key) for the server this node hosts: ",
+                         checked.status().message()));
+      }
+      server_options.tls = tls;
+    }
     absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
         rdzv::RendezvousServer::Start(BindHost(endpoint->host), endpoint->port, server_options);
     if (started.ok()) {
@@ -135,9 +159,7 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
       out.client = rdzv::NewLocalClient(out.hub, dial_host);
       Logger("agent")->info("hosting the rendezvous for job '{}' on port {} (auth: {})",
                             config.rdzv_id, endpoint->port, auth);
-      if (token.empty()) {
-        WarnNoToken(FormatEndpoint(BindHost(endpoint->host), endpoint->port));
-      }
+      if (warn_no_token) WarnNoToken(FormatEndpoint(BindHost(endpoint->host), endpoint->port));
       return out;
     }
     if (config.rdzv_conf.is_host.value_or(false)) {
@@ -150,9 +172,10 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
   out.client = rdzv::RendezvousClient::Create(
       target, rdzv::ClientOptions{.keepalive = ClientKeepalive(config.rdzv_conf),
                                   .token = token,
-                                  .token_file = config.rdzv_conf.token_file});
+                                  .token_file = config.rdzv_conf.token_file,
+                                  .tls = tls});
   Logger("agent")->info("rendezvous for job '{}' at {} (auth: {})", config.rdzv_id, target, auth);
-  if (token.empty()) WarnNoToken(target);
+  if (warn_no_token) WarnNoToken(target);
   return out;
 }
 
@@ -197,12 +220,19 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
     }
     token = *std::move(read);
   }
+  const bool one_node = config.standalone || static_backend;
+  const rdzv::TlsFiles tls{config.rdzv_conf.cacert, config.rdzv_conf.cert, config.rdzv_conf.key};
+  if (!one_node && !tls.empty()) {
+    if (absl::Status checked = rdzv::ClientTlsCredentials(tls).status(); !checked.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rendezvous TLS (--rdzv-conf cacert, cert, key): ", checked.message()));
+    }
+  }
 
   // From here on other threads exist (gRPC's): block the signals the agent reads first.
   BlockAgentSignals();
   rdzv::RouteGrpcLogsToSpdlog();
-  absl::StatusOr<Rendezvous> rendezvous =
-      SetUpRendezvous(config, config.standalone || static_backend, !log_level, token);
+  absl::StatusOr<Rendezvous> rendezvous = SetUpRendezvous(config, one_node, !log_level, token, tls);
   if (!rendezvous.ok()) return rendezvous.status();
 
   AgentOptions options;

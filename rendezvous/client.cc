@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -17,6 +18,7 @@
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 #include "rendezvous/protocol.h"
+#include "rendezvous/tls.h"
 #include "rendezvous/token.h"
 
 namespace muster::rdzv {
@@ -75,6 +77,8 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // The call's status, with a refusal of our credential told in words
   // that say what to fix.
   absl::Status FromCall(const grpc::Status& status) const;
+  // What to check of the certificates when TLS is on and no connection succeeds.
+  std::string TlsHint() const;
   void EndCall(grpc::ClientContext* context);
   template <typename Request, typename Response, typename Result>
   void Unary(void (Rendezvous::Stub::async_interface::*method)(grpc::ClientContext*, const Request*,
@@ -90,6 +94,9 @@ class GrpcRendezvousClient final : public RendezvousClient {
   const std::string target_;
   const std::string token_;
   const std::string token_file_;
+  const TlsFiles tls_;
+  // Why no channel could be made (TLS files that cannot be used): every call fails with it.
+  absl::Status unusable_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Rendezvous::Stub> stub_;
 
@@ -159,10 +166,24 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
 };
 
 GrpcRendezvousClient::GrpcRendezvousClient(std::string target, const ClientOptions& options)
-    : target_(std::move(target)), token_(options.token), token_file_(options.token_file) {
-  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(),
-                                       ClientChannelArguments(options.keepalive));
-  stub_ = Rendezvous::NewStub(channel_);
+    : target_(std::move(target)), token_(options.token), token_file_(options.token_file),
+      tls_(options.tls) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!tls_.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> secure = ClientTlsCredentials(tls_);
+    if (secure.ok()) {
+      credentials = *std::move(secure);
+    } else {
+      // Never plaintext in its place: calls fail, saying why.
+      unusable_ = secure.status();
+      credentials = nullptr;
+    }
+  }
+  if (credentials != nullptr) {
+    channel_ =
+        grpc::CreateCustomChannel(target_, credentials, ClientChannelArguments(options.keepalive));
+    stub_ = Rendezvous::NewStub(channel_);
+  }
 }
 
 void GrpcRendezvousClient::Authorize(grpc::ClientContext& context) const {
@@ -171,6 +192,24 @@ void GrpcRendezvousClient::Authorize(grpc::ClientContext& context) const {
 }
 
 absl::Status GrpcRendezvousClient::FromCall(const grpc::Status& status) const {
+  if (!tls_.empty()) {
+    // A failed handshake reads "failed to connect to all addresses; ... Ssl
+    // handshake failed ..." (or "... Socket closed" where the server wanted
+    // a client certificate); a call that waited for the connection ends
+    // with its deadline while the channel keeps failing.
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        !absl::StrContains(status.error_message(), "Connection refused")) {
+      return absl::UnavailableError(absl::StrCat(status.error_message(), " (", TlsHint(), ")"));
+    }
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+        channel_->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(status.error_message(),
+                       "; no connection to the server succeeded (if it is "
+                       "running, ",
+                       TlsHint(), ")"));
+    }
+  }
   if (status.error_code() != grpc::StatusCode::UNAUTHENTICATED) return FromGrpcStatus(status);
   if (token_.empty()) {
     return absl::UnauthenticatedError(absl::StrCat(
@@ -184,6 +223,17 @@ absl::Status GrpcRendezvousClient::FromCall(const grpc::Status& status) const {
       "the rendezvous at ", target_, " refused our credential: the token in ", file,
       " is not the one musterd --token-file (or the hosting agent's token_file) was given; give "
       "every agent and the rendezvous the same token file"));
+}
+
+std::string GrpcRendezvousClient::TlsHint() const {
+  std::string host = target_.substr(0, target_.rfind(':'));
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return absl::StrCat(
+      "TLS: check that ", tls_.cacert, " signed the server's certificate and that it names ", host,
+      tls_.cert.empty()
+          ? ", and that the server does not require a client certificate (give "
+            "cert=PATH,key=PATH if it does)"
+          : absl::StrCat(", and that the server trusts the authority that signed ", tls_.cert));
 }
 
 GrpcRendezvousClient::~GrpcRendezvousClient() {
@@ -239,6 +289,11 @@ void GrpcRendezvousClient::Unary(
                                                       Response*, std::function<void(grpc::Status)>),
     const Request& request, absl::Duration timeout, bool wait_for_ready,
     std::function<Result(absl::Status, Response&)> convert, std::function<void(Result)> done) {
+  if (!unusable_.ok()) {
+    Response none;
+    done(convert(unusable_, none));
+    return;
+  }
   // calls_ owns the context until EndCall, at the end of the callback.
   grpc::ClientContext* context = NewCall(timeout, wait_for_ready).get();
   auto call = std::make_shared<std::pair<Request, Response>>(request, Response());
@@ -323,6 +378,10 @@ void GrpcRendezvousClient::Status(const StatusRequest& request, absl::Duration t
 void GrpcRendezvousClient::Watch(const WatchRequest& request,
                                  std::function<void(const WatchEvent&)> on_event,
                                  std::function<void(absl::Status)> on_end) {
+  if (!unusable_.ok()) {
+    on_end(unusable_);
+    return;
+  }
   auto stream =
       std::make_shared<WatchStream>(this, request, std::move(on_event), std::move(on_end));
   std::shared_ptr<WatchStream> replaced;

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.pb.h"
+#include "rendezvous/tls_files.h"
 
 namespace muster::rdzv {
 
@@ -23,6 +24,10 @@ struct ClientOptions {
   std::string token;
   // Where the token came from, for messages ("/home/me/.muster-token").
   std::string token_file;
+  // Empty: plaintext. Else TLS (tls.h): the server's certificate is checked
+  // against tls.cacert and the host of the target, and tls.cert with tls.key,
+  // when given, is presented to the server.
+  TlsFiles tls;
 };
 
 // How an agent reaches its job's rendezvous. Two implementations: gRPC to a
@@ -36,7 +41,10 @@ class RendezvousClient {
   //
   // A call the server refuses for its credential ends kUnauthenticated, with
   // a message that says which token was wrong (or that none was given) and
-  // what to do: retrying cannot help.
+  // what to do: retrying cannot help. With options.tls, a connection that
+  // fails (kUnavailable) says what to check of the certificates; TLS files
+  // that cannot be used (see ClientTlsCredentials, which callers run first
+  // to report them) fail every call with kInvalidArgument.
   static std::unique_ptr<RendezvousClient> Create(const std::string& target,
                                                   const ClientOptions& options = {});
 

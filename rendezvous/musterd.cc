@@ -29,6 +29,7 @@
 #include "rendezvous/grpc_exit.h"
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/service.h"
+#include "rendezvous/tls.h"
 #include "rendezvous/token.h"
 
 namespace muster {
@@ -45,12 +46,16 @@ constexpr absl::Duration kShutdownGrace = absl::Milliseconds(500);
 constexpr const char* kFooter = R"(Exit status:
   0  stopped by SIGTERM or SIGINT; pending joins were told the server is going away
   1  cannot serve: the port is in use, or --listen is not an address of this host
-  2  usage error, or a --token-file that cannot be used (its mode, owner or contents)
+  2  usage error, or a --token-file or --tls-* file that cannot be used (its mode, owner or
+     contents)
 
 Agents connect with:
   muster --rdzv-backend c10d --rdzv-endpoint THIS_HOST:PORT --rdzv-id JOB --nnodes N ...
 With --token-file, every agent needs the same token: --rdzv-conf token_file=PATH (or
 MUSTER_TOKEN_FILE=PATH); calls without it are refused.
+With --tls-cert and --tls-key, agents need --rdzv-conf cacert=CA (the authority that signed
+--tls-cert, which must name the host or address they dial); with --tls-cacert too, they also
+need cert=PATH,key=PATH, a client certificate that authority signed.
 Set MUSTER_LOG_LEVEL=debug for more detail (with GRPC_VERBOSITY=debug, gRPC's own log).)";
 
 int Error(int code, absl::string_view message) {
@@ -140,6 +145,7 @@ int Main(int argc, char** argv) {
   std::string max_join_timeout_text = "1h";
   int64_t max_jobs = static_cast<int64_t>(options.hub.state.max_jobs);
   std::string token_file;
+  rdzv::TlsFiles tls;
   CLI::App app(
       "musterd: the standalone rendezvous server for muster (and torchrun-style) jobs. It serves "
       "many jobs at once, one per --rdzv-id, and logs a line per round.",
@@ -157,6 +163,16 @@ int Main(int argc, char** argv) {
                  "a file (mode 600, yours) holding one line of secret: every call must carry "
                  "it, agents give it with --rdzv-conf token_file=PATH; without it anyone who "
                  "reaches the port can join, watch or stop any job")
+      ->type_name("PATH");
+  app.add_option("--tls-cert", tls.cert,
+                 "serve TLS with this certificate (PEM), which names the host or address agents "
+                 "dial (subjectAltName); needs --tls-key")
+      ->type_name("PATH");
+  app.add_option("--tls-key", tls.key, "the private key of --tls-cert (PEM, mode 600)")
+      ->type_name("PATH");
+  app.add_option("--tls-cacert", tls.cacert,
+                 "with --tls-cert: require every agent to present a client certificate this "
+                 "authority signed (agents: --rdzv-conf cert=PATH,key=PATH)")
       ->type_name("PATH");
   app.add_option("--max-join-timeout", max_join_timeout_text,
                  "a job with no node in it is forgotten after its join_timeout, or after this "
@@ -220,6 +236,23 @@ int Main(int argc, char** argv) {
       return Error(kExitUsage, absl::StrCat("--token-file: ", token.status().message()));
     options.token = *std::move(token);
   }
+  if (tls.cert.empty() != tls.key.empty()) {
+    return Error(kExitUsage,
+                 tls.cert.empty()
+                     ? "--tls-key needs --tls-cert: give the certificate it belongs to"
+                     : "--tls-cert needs --tls-key: give the certificate's private key");
+  }
+  if (!tls.cacert.empty() && tls.cert.empty()) {
+    return Error(kExitUsage,
+                 "--tls-cacert needs --tls-cert and --tls-key: the server's own certificate "
+                 "and key come first");
+  }
+  if (!tls.empty()) {
+    if (absl::Status checked = rdzv::ServerTlsCredentials(tls).status(); !checked.ok()) {
+      return Error(kExitUsage, absl::StrCat("--tls-*: ", checked.message()));
+    }
+    options.tls = tls;
+  }
 
   if (const char* level = std::getenv("MUSTER_LOG_LEVEL")) {
     SetLogLevel(spdlog::level::from_str(level));
@@ -255,6 +288,15 @@ int Main(int argc, char** argv) {
         "--rdzv-conf token_file=PATH");
   } else {
     Logger("musterd")->info("auth: token from {}: calls without it are refused", token_file);
+  }
+  if (tls.empty()) {
+    Logger("musterd")->info("tls: off{}", options.token.empty()
+                                              ? ""
+                                              : " (the token crosses the network in clear text; "
+                                                "give --tls-cert and --tls-key to encrypt it)");
+  } else {
+    Logger("musterd")->info("tls: on (client certificates {}), certificate {}",
+                            tls.cacert.empty() ? "not required" : "required", tls.cert);
   }
 
   int signal_number = 0;

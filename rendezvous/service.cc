@@ -23,6 +23,7 @@
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 #include "rendezvous/protocol.h"
+#include "rendezvous/tls.h"
 #include "rendezvous/token.h"
 
 namespace muster::rdzv {
@@ -405,6 +406,13 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     const std::string& host, int port, const ServerOptions& options) {
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
+        ServerTlsCredentials(options.tls);
+    if (!tls.ok()) return tls.status();
+    credentials = *std::move(tls);
+  }
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->ticker_ = CallbackTicker::Acquire();
   server->hub_ = std::make_shared<RendezvousHub>(options.hub);
@@ -429,7 +437,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
       static_cast<int>(absl::ToInt64Milliseconds(kMinClientKeepaliveInterval / 2)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   const std::string address = FormatEndpoint(host, port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(address, credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

@@ -15,6 +15,7 @@
 #include "rendezvous/hub.h"
 #include "rendezvous/log_limiter.h"
 #include "rendezvous/peer_limits.h"
+#include "rendezvous/tls_files.h"
 
 namespace muster::rdzv {
 
@@ -102,13 +103,18 @@ struct ServerOptions {
   // The job's shared token (token.h): every call must carry it. Empty: no
   // authentication, anyone who reaches the port may call.
   std::string token;
+  // Empty: plaintext. Else TLS (tls.h): the server presents tls.cert and
+  // tls.key, and with tls.cacert requires every client to present a
+  // certificate that authority signed. Plaintext clients are refused.
+  TlsFiles tls;
 };
 
 // A gRPC server hosting one RendezvousService.
 class RendezvousServer {
  public:
   // Listens on host:port; port 0 picks a free port. kAlreadyExists when the
-  // port is taken, kInvalidArgument for an address gRPC cannot bind.
+  // port is taken, kInvalidArgument for an address gRPC cannot bind or TLS
+  // files that cannot be used (ServerTlsCredentials' message).
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(const std::string& host, int port,
                                                                  const ServerOptions& options = {});
   ~RendezvousServer();

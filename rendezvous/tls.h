@@ -10,22 +10,14 @@
 #define MUSTER_RENDEZVOUS_TLS_H_
 
 #include <memory>
-#include <string>
 
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 
 #include "absl/status/statusor.h"
+#include "rendezvous/tls_files.h"
 
 namespace muster::rdzv {
-
-// Paths of PEM files; empty: not given.
-struct TlsFiles {
-  std::string cacert;
-  std::string cert;
-  std::string key;
-  bool empty() const { return cacert.empty() && cert.empty() && key.empty(); }
-};
 
 // Errors (kInvalidArgument) name the file and the fix: a missing or
 // unreadable file, a file that is not PEM, cert without key or key without

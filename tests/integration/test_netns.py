@@ -2,13 +2,16 @@
 joined by veth pairs to a bridge in a "switch" namespace. The test makes and
 removes all of it; nothing touches the machine's own network, and every
 address lives only inside these namespaces. Needs root (CI runs as root)."""
+import glob
+import json
 import os
 import signal
 import subprocess
 import time
 import unittest
 
-from harness import MUSTER, WORKERS, TempDirTest, env, wait_for, worker_records
+from certificates import make_certificates, openssl_missing
+from harness import MUSTER, RDZV_CALL, WORKERS, TempDirTest, env, wait_for, worker_records
 
 RECORD = os.path.join(WORKERS, "record.py")
 HOSTS = 3
@@ -69,8 +72,9 @@ def namespaces_usable():
 SKIP_REASON = namespaces_usable()
 
 
-@unittest.skipIf(SKIP_REASON, SKIP_REASON or "")
-class SeveralHosts(TempDirTest):
+class HostsTest(TempDirTest):
+    """Builds the hosts once per class; its agents are muster on those hosts."""
+
     @classmethod
     def setUpClass(cls):
         cls.net = Topology()
@@ -117,6 +121,9 @@ class SeveralHosts(TempDirTest):
     def errors(self, indices):
         return "\n".join(f"--- n{i}\n{self.read(f'n{i}.err')}" for i in indices)
 
+
+@unittest.skipIf(SKIP_REASON, SKIP_REASON or "")
+class SeveralHosts(HostsTest):
     def test_three_hosts_form_one_job_with_host_0_as_master(self):
         procs = [self.agent(i) for i in range(HOSTS)]
         codes = [p.wait(timeout=60) for p in procs]
@@ -177,6 +184,62 @@ class SeveralHosts(TempDirTest):
         for p in (procs[0], procs[2]):
             p.send_signal(signal.SIGTERM)
         self.assertEqual([procs[0].wait(timeout=30), procs[2].wait(timeout=30)], [143, 143])
+
+
+TLS_SKIP_REASON = SKIP_REASON or openssl_missing()
+
+
+@unittest.skipIf(TLS_SKIP_REASON, TLS_SKIP_REASON or "")
+class TlsAcrossHosts(HostsTest):
+    """Host 0 hosts the rendezvous over mutual TLS with a token, host 1 joins it
+    over the veths; a plaintext client on host 1 cannot reach it."""
+
+    def rdzv_call(self, i, *args):
+        """rdzv-call on host i against host 0's rendezvous: (status name, message, answers)."""
+        result = subprocess.run(
+            ["ip", "netns", "exec", self.net.hosts[i], RDZV_CALL, "--target",
+             f"{self.net.address(0)}:{PORT}", "--timeout", "3", *args], env=env(),
+            capture_output=True, text=True, timeout=30)
+        lines = result.stdout.splitlines()
+        self.assertTrue(lines, f"rdzv-call printed nothing: {result.stderr}")
+        code, _, message = lines[-1].partition("\t")
+        return code, message, [json.loads(line) for line in lines[:-1]]
+
+    def test_two_hosts_run_a_job_over_tls_and_plaintext_is_refused(self):
+        pki = self.path("pki")
+        os.makedirs(pki)
+        files = make_certificates(pki, [self.net.address(0)])
+        token = self.path("token")
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("0123456789abcdef0123456789abcdef\n")
+        ca = f"cacert={files['ca.pem']}"
+        confs = [f"token_file={token},{ca},cert={files['server.pem']},key={files['server.key']}",
+                 f"token_file={token},{ca},cert={files['client.pem']},key={files['client.key']}"]
+        go = self.path("go")
+        program = ["--no-python", "sh", "-c",
+                   f"touch {self.tmp}/started.$RANK; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; "
+                   f"do sleep 0.1; i=$((i+1)); done; [ -e {go} ]"]
+        procs = [self.agent(i, nnodes="2", conf=confs[i], program=program) for i in range(2)]
+        started = wait_for(lambda: len(glob.glob(self.path("started.*"))) == 4, timeout=30)
+        self.assertTrue(started, self.errors(range(2)))
+        self.assertIn(f"on port {PORT} (auth: token, tls)", self.read("n0.err"))
+        self.assertIn(f"at {self.net.address(0)}:{PORT} (auth: token, tls)", self.read("n1.err"))
+
+        client = ["--cacert", files["ca.pem"], "--cert", files["client.pem"], "--key",
+                  files["client.key"]]
+        code, message, answers = self.rdzv_call(1, "--token-file", token, *client, "Status",
+                                                '{"jobId": "netjob"}')
+        self.assertEqual(code, "OK", message)
+        self.assertEqual(answers[0]["participants"], 2)
+        code, message, answers = self.rdzv_call(1, "--token-file", token, "Status",
+                                                '{"jobId": "netjob"}')
+        self.assertEqual(code, "UNAVAILABLE", message)
+        self.assertEqual(answers, [])
+
+        open(go, "w").close()
+        codes = [p.wait(timeout=60) for p in procs]
+        self.assertEqual(codes, [0, 0], self.errors(range(2)))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import re
 import time
 import unittest
 
+from certificates import make_certificates, openssl_missing
 from harness import MUSTER, MUSTERD, RDZV_CALL, read_env, reserve_port, run, wait_for
 from test_musterd import MusterdTest
 
@@ -229,6 +230,151 @@ class NoToken(TrustTest):
         result = run([MUSTER, "--standalone", "--no-python", "true"], timeout=60)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertNotIn(NO_TOKEN_WARNING, result.stderr)
+
+
+@unittest.skipIf(openssl_missing(), openssl_missing() or "")
+class Tls(TrustTest):
+    """musterd --tls-* with a token, agents with cacert/cert/key: the job runs over
+    mutual TLS; a plaintext client is refused, and TLS without the token is still
+    UNAUTHENTICATED; certificates that do not check out are named to the user."""
+
+    def setUp(self):
+        super().setUp()
+        os.makedirs(self.path("pki"))
+        self.pki = make_certificates(self.path("pki"), ["127.0.0.1"])
+
+    def tls_conf(self, ca="ca.pem", client=True):
+        conf = [f"cacert={self.pki[ca]}"]
+        if client:
+            conf += [f"cert={self.pki['client.pem']}", f"key={self.pki['client.key']}"]
+        return conf
+
+    def start_tls_musterd(self, *args, client_certificates=True, name="musterd"):
+        tls = ["--tls-cert", self.pki["server.pem"], "--tls-key", self.pki["server.key"]]
+        if client_certificates:
+            tls += ["--tls-cacert", self.pki["ca.pem"]]
+        return self.start_musterd(*tls, *args, name=name)
+
+    def test_job_runs_over_mutual_tls_and_plaintext_is_refused(self):
+        token = self.token_file()
+        _, port = self.start_tls_musterd("--token-file", token)
+        self.assertIn("tls: on (client certificates required)", self.read("musterd.err"))
+        outdir = self.path("out")
+        agents = [self.agent(f"n{n}", f"127.0.0.1:{port}", outdir, "is_host=0",
+                             f"token_file={token}", *self.tls_conf()) for n in range(2)]
+        self.assertTrue(wait_for(lambda: len(self.records(outdir)) == 2, 30),
+                        self.read("n0.err") + self.read("n1.err"))
+        for n in range(2):
+            self.assertIn("(auth: token, tls)", self.read(f"n{n}.err"))
+
+        client = ["--cacert", self.pki["ca.pem"], "--cert", self.pki["client.pem"], "--key",
+                  self.pki["client.key"]]
+        # The outsider's tool with everything gets through: the refusals below can fail.
+        code, message, answers = self.call(port, "Status", {"jobId": JOB}, "--token-file", token,
+                                           *client)
+        self.assertEqual(code, "OK", message)
+        self.assertEqual(answers[0]["participants"], 2)
+        # Plaintext, token and all: no connection.
+        code, message, answers = self.call(port, "Status", {"jobId": JOB}, "--token-file", token)
+        self.assertEqual(code, "UNAVAILABLE", message)
+        # TLS without a client certificate: no connection either.
+        code, message, _ = self.call(port, "Status", {"jobId": JOB}, "--token-file", token,
+                                     "--cacert", self.pki["ca.pem"])
+        self.assertEqual(code, "UNAVAILABLE", message)
+        # Mutual TLS is not the token: without it, every call is refused as before.
+        for method, request in [("Status", {"jobId": JOB}),
+                                ("Leave", {"jobId": JOB, "nodeId": "x", "reason": "evil"})]:
+            with self.subTest(method):
+                code, message, answers = self.call(port, method, request, *client)
+                self.assertEqual(code, "UNAUTHENTICATED", message)
+                self.assertEqual(answers, [])
+
+        open(os.path.join(outdir, "go"), "w").close()
+        for n, agent in enumerate(agents):
+            code, err = self.finish(agent, f"n{n}")
+            self.assertEqual(code, 0, err)
+            self.assertNotIn("round 1", err)
+        self.assertEqual(sorted(self.records(outdir)), [(0, 0), (1, 0)])
+
+    def test_hosting_agent_serves_tls(self):
+        token = self.token_file()
+        port = reserve_port()
+        outdir = self.path("out")
+        server = [f"cert={self.pki['server.pem']}", f"key={self.pki['server.key']}",
+                  f"cacert={self.pki['ca.pem']}"]
+        host = self.agent("host", f"127.0.0.1:{port}", outdir, "is_host=1", f"token_file={token}",
+                          *server)
+        other = self.agent("other", f"127.0.0.1:{port}", outdir, "is_host=0",
+                           f"token_file={token}", *self.tls_conf())
+        self.assertTrue(wait_for(lambda: len(self.records(outdir)) == 2, 30),
+                        self.read("host.err") + self.read("other.err"))
+        self.assertIn(f"on port {port} (auth: token, tls)", self.read("host.err"))
+        code, message, _ = self.call(port, "Status", {"jobId": JOB}, "--token-file", token)
+        self.assertEqual(code, "UNAVAILABLE", message)
+        open(os.path.join(outdir, "go"), "w").close()
+        for name, agent in [("host", host), ("other", other)]:
+            code, err = self.finish(agent, name)
+            self.assertEqual(code, 0, err)
+
+    def test_certificates_that_do_not_check_out_are_named(self):
+        _, port = self.start_tls_musterd()
+        for name, conf, says in [
+                ("other-ca", self.tls_conf("other-ca.pem"),
+                 f"TLS: check that {self.pki['other-ca.pem']} signed the server's certificate "
+                 "and that it names 127.0.0.1"),
+                ("no-client-cert", self.tls_conf(client=False),
+                 "give cert=PATH,key=PATH if it does")]:
+            with self.subTest(name):
+                agent = self.agent(name, f"127.0.0.1:{port}", self.path(f"out-{name}"),
+                                   "is_host=0", "join_timeout=4", *conf)
+                code, err = self.finish(agent, name, timeout=30)
+                self.assertNotEqual(code, 0, err)
+                # The wait says it while it waits, and the end says it again.
+                self.assertIn(f"waiting for the rendezvous at 127.0.0.1:{port}", err)
+                self.assertGreaterEqual(err.count(says), 2, err)
+                self.assertEqual(glob.glob(self.path(f"out-{name}/env.*")), [])
+
+    def test_half_a_pair_is_a_usage_error_that_names_the_fix(self):
+        port = reserve_port()
+        cert, key = self.pki["client.pem"], self.pki["client.key"]
+        for conf, says in [([f"cacert={self.pki['ca.pem']}", f"cert={cert}"],
+                            "TLS needs cert and key together: give both"),
+                           ([f"cert={cert}", f"key={key}"], "give cacert=PATH")]:
+            with self.subTest(conf):
+                result = run([MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                              f"127.0.0.1:{port}", "--rdzv-id", JOB, "--rdzv-conf",
+                              ",".join(["is_host=0", *conf]), "--no-python", "true"], timeout=30)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn("rendezvous TLS (--rdzv-conf cacert, cert, key): ", result.stderr)
+                self.assertIn(says, result.stderr)
+        # A hosting agent needs a certificate to serve with.
+        result = run([MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                      "--rdzv-id", JOB, "--rdzv-conf", f"is_host=1,cacert={self.pki['ca.pem']}",
+                      "--no-python", "true"], timeout=30)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("it has no certificate to serve with: give --rdzv-conf cert=PATH,key=PATH",
+                      result.stderr)
+        for args, says in [(["--tls-cert", self.pki["server.pem"]], "--tls-cert needs --tls-key"),
+                           (["--tls-key", self.pki["server.key"]], "--tls-key needs --tls-cert"),
+                           (["--tls-cacert", self.pki["ca.pem"]],
+                            "--tls-cacert needs --tls-cert and --tls-key")]:
+            with self.subTest(args):
+                result = run([MUSTERD, "--port", "0", *args], timeout=20)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn(says, result.stderr)
+        os.chmod(self.pki["server.key"], 0o644)
+        result = run([MUSTERD, "--port", "0", "--tls-cert", self.pki["server.pem"], "--tls-key",
+                      self.pki["server.key"]], timeout=20)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn(f"chmod 600 {self.pki['server.key']}", result.stderr)
+
+    def test_musterd_without_tls_says_so(self):
+        _, port = self.start_musterd("--token-file", self.token_file())
+        self.assertIn("tls: off (the token crosses the network in clear text",
+                      self.read("musterd.err"))
+        _, port = self.start_tls_musterd(client_certificates=False, name="plain-clients")
+        self.assertIn("tls: on (client certificates not required)",
+                      self.read("plain-clients.err"))
 
 
 if __name__ == "__main__":

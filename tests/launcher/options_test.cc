@@ -450,6 +450,18 @@ TEST(ParseCommandLineTest, TokenFileFromRdzvConfWinsOverMusterTokenFile) {
   EXPECT_THAT(Error({"--rdzv-conf", "token_file=", "t.py"}), HasSubstr("has no value"));
 }
 
+TEST(ParseCommandLineTest, TlsFilesTakeTorchrunsEtcdKeyNames) {
+  const LaunchConfig config =
+      Config({"--rdzv-conf", "cacert=/t/ca.pem,cert=/t/node.pem,key=/t/node.key", "t.py"});
+  EXPECT_EQ(config.rdzv_conf.cacert, "/t/ca.pem");
+  EXPECT_EQ(config.rdzv_conf.cert, "/t/node.pem");
+  EXPECT_EQ(config.rdzv_conf.key, "/t/node.key");
+  // Only paths here: whether they go together is checked when the launch starts.
+  EXPECT_EQ(Config({"--rdzv-conf", "cert=/t/node.pem", "t.py"}).rdzv_conf.cert, "/t/node.pem");
+  EXPECT_EQ(Config({"t.py"}).rdzv_conf.cacert, "");
+  EXPECT_THAT(Error({"--rdzv-conf", "cacert=", "t.py"}), HasSubstr("has no value"));
+}
+
 TEST(ParseCommandLineTest, RdzvConfErrorsNameTheKeyAndListTheKeys) {
   struct Case {
     std::string conf;

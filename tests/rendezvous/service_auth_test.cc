@@ -165,8 +165,8 @@ class AuthTest : public ::testing::Test {
 
   // The job "job" with node "a" in its round, joined with the token.
   void JoinNodeA() {
-    std::unique_ptr<RendezvousClient> client =
-        RendezvousClient::Create(target_, ClientOptions{.token = kToken, .token_file = "/t"});
+    std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(
+        target_, ClientOptions{.token = kToken, .token_file = "/t", .tls = {}});
     absl::StatusOr<Assignment> joined = client->JoinSync(MakeJoin("job", "a"), kRpc);
     ASSERT_TRUE(joined.ok()) << joined.status();
     secret_a_ = joined->node_secret();
@@ -256,7 +256,8 @@ TEST_F(AuthTest, AgentClientWithTheTokenRunsAJob) {
 
 TEST_F(AuthTest, AgentClientWithAWrongTokenIsToldWhichFileAndWhatToDo) {
   std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(
-      target_, ClientOptions{.token = "another-token-0123456789", .token_file = "/etc/tok"});
+      target_,
+      ClientOptions{.token = "another-token-0123456789", .token_file = "/etc/tok", .tls = {}});
   absl::StatusOr<Assignment> joined = client->JoinSync(MakeJoin("job", "a"), kRpc);
   ASSERT_TRUE(absl::IsUnauthenticated(joined.status())) << joined.status();
   EXPECT_THAT(joined.status().message(),

@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -17,36 +16,10 @@
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/hub.h"
 #include "rendezvous/service.h"
+#include "tests/rendezvous/test_certificates.h"
 
 namespace muster::rdzv {
 namespace {
-
-constexpr char kOpenssl[] = "/usr/bin/openssl";
-
-// Runs a shell command in `dir`; true if it exited 0.
-bool Shell(const std::string& dir, const std::string& command) {
-  return std::system(("cd '" + dir + "' && (" + command + ") >openssl.log 2>&1").c_str()) == 0;
-}
-
-// ca.pem signs server.pem (subjectAltName IP 127.0.0.1) and client.pem;
-// other-ca.pem signs nothing of theirs.
-bool MakeCertificates(const std::string& dir) {
-  const std::string ca =
-      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
-      "-days 1 -subj /CN=";
-  auto leaf = [](const std::string& name, const std::string& extension) {
-    return "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=" + name +
-           " -keyout " + name + ".key -out " + name + ".csr && printf '" + extension + "' > " +
-           name + ".ext && openssl x509 -req -in " + name +
-           ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile " + name + ".ext -out " +
-           name + ".pem";
-  };
-  return Shell(dir, ca + "muster-test-ca -keyout ca.key -out ca.pem") &&
-         Shell(dir, ca + "other-ca -keyout other-ca.key -out other-ca.pem") &&
-         Shell(dir, leaf("server", "subjectAltName=IP:127.0.0.1\\n")) &&
-         Shell(dir, leaf("client", "extendedKeyUsage=clientAuth\\n")) &&
-         Shell(dir, "chmod 600 server.key client.key");
-}
 
 class TlsTest : public ::testing::Test {
  protected:

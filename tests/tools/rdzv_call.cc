@@ -4,7 +4,9 @@
 // attacker with it.
 //
 //   rdzv-call --target HOST:PORT [--token-file F | --token T | --authorization V]
-//             [--timeout S] METHOD 'JSON request'
+//             [--cacert CA [--cert C --key K]] [--timeout S] METHOD 'JSON request'
+//
+// Plaintext unless --cacert is given (TLS, as an agent's rendezvous/tls.h).
 //
 // Prints each response (for Watch, each event) as one JSON line, then a last
 // line "CODE_NAME<TAB>message" (OK, UNAUTHENTICATED, ...). Exit status 0 iff
@@ -21,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/tls.h"
 #include "rendezvous/token.h"
 
 namespace muster::rdzv {
@@ -86,6 +89,7 @@ int Unary(const std::string& json, grpc::ClientContext* context, Call call) {
 
 int Main(int argc, char** argv) {
   std::string target, token_file, token, authorization, method, json = "{}";
+  TlsFiles tls;
   double timeout_s = 10;
   CLI::App app("rdzv-call: one rendezvous call, with any credential or none", "rdzv-call");
   app.add_option("--target", target, "HOST:PORT of the rendezvous")->required();
@@ -95,6 +99,9 @@ int Main(int argc, char** argv) {
                                  "send this authorization value as it is (no Bearer added)");
   file_opt->excludes(token_opt)->excludes(raw_opt);
   token_opt->excludes(raw_opt);
+  app.add_option("--cacert", tls.cacert, "speak TLS; check the server against this CA");
+  app.add_option("--cert", tls.cert, "with --cacert: present this client certificate");
+  app.add_option("--key", tls.key, "the key of --cert");
   app.add_option("--timeout", timeout_s, "deadline of the call in seconds (a watch ends then)");
   app.add_option("method", method,
                  "Join, Watch, Heartbeat, ReportFailure, ReportDone, Leave or Status")
@@ -114,7 +121,13 @@ int Main(int argc, char** argv) {
     token = *read;
   }
 
-  auto stub = Rendezvous::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!tls.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> secure = ClientTlsCredentials(tls);
+    if (!secure.ok()) return Usage(std::string(secure.status().message()));
+    credentials = *std::move(secure);
+  }
+  auto stub = Rendezvous::NewStub(grpc::CreateChannel(target, credentials));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(timeout_s)));
   if (!token.empty()) {
