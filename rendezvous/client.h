@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.pb.h"
+#include "rendezvous/munge_credential.h"
 
 namespace muster::rdzv {
 
@@ -23,6 +25,12 @@ struct ClientOptions {
   std::string token;
   // Where the token came from, for messages ("/home/me/.muster-token").
   std::string token_file;
+  // Munge (munge_credential.h): Join, Status, ReportFailure, ReportDone and
+  // Leave each carry a fresh credential (kMungeMetadataKey: munged refuses a
+  // replay), made on the caller's thread before the call starts; Heartbeat
+  // and Watch carry only this process's uid (kUidMetadataKey), the node's
+  // secret being their proof. Unset: no munge. Ignored with a token.
+  std::optional<MungeOptions> munge;
 };
 
 // How an agent reaches its job's rendezvous. Two implementations: gRPC to a
@@ -36,7 +44,9 @@ class RendezvousClient {
   //
   // A call the server refuses for its credential ends kUnauthenticated, with
   // a message that says which token was wrong (or that none was given) and
-  // what to do: retrying cannot help.
+  // what to do: retrying cannot help. With munge, a credential that cannot
+  // be made (munged down) ends the call kFailedPrecondition, naming munged's
+  // socket, before anything is sent.
   static std::unique_ptr<RendezvousClient> Create(const std::string& target,
                                                   const ClientOptions& options = {});
 
