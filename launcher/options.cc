@@ -85,7 +85,7 @@ constexpr absl::string_view kTokenFileEnv = "MUSTER_TOKEN_FILE";
 constexpr absl::string_view kRdzvConfKeys =
     "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
     "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
-    "token_file (a path)";
+    "token_file (a path), auth (none/token/munge), munge_socket (a path)";
 
 constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
     {Key::kNnodes, "--nnodes", "--nnodes", "PET_NNODES", "N|MIN:MAX", "1:1", kNodesGroup,
@@ -108,7 +108,10 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "seconds: join_timeout (600), last_call_timeout (30),\n"
      "close_timeout (30), heartbeat_timeout (30), read_timeout (60),\n"
      "keep_alive_interval (5); keep_alive_max_attempt (3); is_host (1/0);\n"
-     "token_file=PATH: the job's shared token (else MUSTER_TOKEN_FILE)"},
+     "token_file=PATH: the job's shared token (else MUSTER_TOKEN_FILE);\n"
+     "auth=none|token|munge (default: token with a token file,\n"
+     "else munge inside Slurm where munged runs, else none);\n"
+     "munge_socket=PATH (default /run/munge/munge.socket.2)"},
     {Key::kStandalone, "--standalone", "--standalone", "PET_STANDALONE", "", "off", kRdzvGroup,
      "one node; rendezvous on a free local port, random id"},
     {Key::kMasterAddr, "--master-addr", "--master-addr,--master_addr", "PET_MASTER_ADDR", "ADDR",
@@ -395,6 +398,19 @@ absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
       conf.is_host = *is_host;
     } else if (key == "token_file") {
       conf.token_file = std::string(value);  // read (and checked) when the launch starts
+    } else if (key == "auth") {
+      if (value == "none") {
+        conf.auth = RdzvAuth::kNone;
+      } else if (value == "token") {
+        conf.auth = RdzvAuth::kToken;
+      } else if (value == "munge") {
+        conf.auth = RdzvAuth::kMunge;
+      } else {
+        return Invalid(given, absl::StrCat("auth needs none, token or munge, not ", Shown(value)),
+                       fix);
+      }
+    } else if (key == "munge_socket") {
+      conf.munge_socket = std::string(value);
     } else {
       return Invalid(given, absl::StrCat("unknown key ", Shown(key)), fix);
     }
