@@ -56,8 +56,9 @@ struct MungeAuth {
 // munged round trip per heartbeat): the node's secret authorizes them, and
 // on a namespacing rendezvous their kUidMetadataKey claim only picks the
 // namespace the secret is looked up in. A credential is decoded on the
-// gRPC thread that runs the handler (a munged round trip, see
-// docs/BENCHMARKS.md).
+// gRPC thread that runs the handler: a munged round trip of about 0.4 ms
+// that holds that thread (on 2 cores, Status calls went from 14,500 to
+// 3,800 a second with 8 clients, munged's own threads the bound).
 class RendezvousService final : public Rendezvous::CallbackService {
  public:
   explicit RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token = "",
