@@ -36,6 +36,10 @@ struct RedirectSpec {
 
 enum class RdzvBackend { kStatic, kMuster };  // c10d is an alias of kMuster.
 
+// How agents and the rendezvous prove who they are (--rdzv-conf auth=):
+// kAuto picks (launcher/rdzv_auth.h).
+enum class RdzvAuth { kAuto, kNone, kToken, kMunge };
+
 // The --rdzv-conf keys muster understands, with torchrun's defaults.
 struct RdzvConf {
   std::chrono::milliseconds join_timeout{600'000};
@@ -54,6 +58,10 @@ struct RdzvConf {
   std::string cacert;
   std::string cert;
   std::string key;
+  // auth=none|token|munge; unset: kAuto.
+  RdzvAuth auth = RdzvAuth::kAuto;
+  // munge_socket=PATH: munged's socket; empty: libmunge's default.
+  std::string munge_socket;
 };
 
 struct LaunchConfig {
@@ -67,6 +75,9 @@ struct LaunchConfig {
   std::string rdzv_id = "none";
   RdzvConf rdzv_conf;
   bool standalone = false;
+  // Slurm's allocation gave the defaults (launcher/command_line.h): munge
+  // is then used with no flag where munged runs.
+  bool in_slurm = false;
 
   int max_restarts = 0;
   double monitor_interval_s = 0.1;     // accepted; unused

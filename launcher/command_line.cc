@@ -52,6 +52,7 @@ absl::StatusOr<CommandLine> ReadCommandLine(const std::vector<std::string>& args
   if (!parsed.ok()) return parsed.status();
   CommandLine out{*std::move(parsed), *std::move(slurm)};
   LaunchConfig& config = out.parsed.config;
+  config.in_slurm = out.slurm.has_value();
   if (out.slurm && config.rdzv_endpoint == slurm_pet["PET_RDZV_ENDPOINT"] &&
       !config.rdzv_conf.is_host) {
     config.rdzv_conf.is_host = out.slurm->node_id == 0;

@@ -85,7 +85,7 @@ constexpr absl::string_view kTokenFileEnv = "MUSTER_TOKEN_FILE";
 constexpr absl::string_view kRdzvConfKeys =
     "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
     "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
-    "token_file, cacert, cert, key (paths)";
+    "token_file, cacert, cert, key, munge_socket (paths), auth (none/token/munge)";
 
 constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
     {Key::kNnodes, "--nnodes", "--nnodes", "PET_NNODES", "N|MIN:MAX", "1:1", kNodesGroup,
@@ -110,7 +110,10 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "keep_alive_interval (5); keep_alive_max_attempt (3); is_host (1/0);\n"
      "token_file=PATH: the job's shared token (else MUSTER_TOKEN_FILE);\n"
      "cacert=PATH: TLS, the server checked against this CA;\n"
-     "cert=PATH,key=PATH: with cacert, this node's client certificate"},
+     "cert=PATH,key=PATH: with cacert, this node's client certificate;\n"
+     "auth=none|token|munge (default: token with a token file,\n"
+     "else munge inside Slurm where munged runs, else none);\n"
+     "munge_socket=PATH (default /run/munge/munge.socket.2)"},
     {Key::kStandalone, "--standalone", "--standalone", "PET_STANDALONE", "", "off", kRdzvGroup,
      "one node; rendezvous on a free local port, random id"},
     {Key::kMasterAddr, "--master-addr", "--master-addr,--master_addr", "PET_MASTER_ADDR", "ADDR",
@@ -400,6 +403,19 @@ absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
     } else if (key == "cacert" || key == "cert" || key == "key") {
       // Read (and checked, together) when the launch starts.
       (key == "cacert" ? conf.cacert : key == "cert" ? conf.cert : conf.key) = std::string(value);
+    } else if (key == "auth") {
+      if (value == "none") {
+        conf.auth = RdzvAuth::kNone;
+      } else if (value == "token") {
+        conf.auth = RdzvAuth::kToken;
+      } else if (value == "munge") {
+        conf.auth = RdzvAuth::kMunge;
+      } else {
+        return Invalid(given, absl::StrCat("auth needs none, token or munge, not ", Shown(value)),
+                       fix);
+      }
+    } else if (key == "munge_socket") {
+      conf.munge_socket = std::string(value);
     } else {
       return Invalid(given, absl::StrCat("unknown key ", Shown(key)), fix);
     }

@@ -21,10 +21,12 @@
 #include "launcher/local_address.h"
 #include "launcher/nproc.h"
 #include "launcher/program.h"
+#include "launcher/rdzv_auth.h"
 #include "launcher/rendezvous_host.h"
 #include "rendezvous/grpc_exit.h"
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/local_client.h"
+#include "rendezvous/munge_credential.h"
 #include "rendezvous/service.h"
 #include "rendezvous/state.h"
 #include "rendezvous/tls.h"
@@ -94,12 +96,56 @@ void WarnNoToken(const std::string& where) {
       where);
 }
 
+// The credential the rendezvous and its agents use: the job's shared token
+// ("" for none), or munge (a token wins, see ChooseRdzvAuth).
+struct RdzvCredential {
+  std::string token;
+  std::optional<rdzv::MungeOptions> munge;
+  // Checked already (ClientTlsCredentials); empty for plaintext.
+  rdzv::TlsFiles tls;
+
+  // For the start line: "none", "token", "munge, uid 1000", "token, tls".
+  std::string Describe() const {
+    std::string out = !token.empty() ? "token"
+                      : munge        ? absl::StrCat("munge, uid ", getuid())
+                                     : "none";
+    if (!tls.empty()) absl::StrAppend(&out, ", tls");
+    return out;
+  }
+};
+
+// What the launch authenticates with. Errors are usage errors: a token
+// file that cannot be used, an auth= that cannot be had.
+absl::StatusOr<RdzvCredential> ReadRdzvCredential(const LaunchConfig& config) {
+  RdzvCredential out;
+  const RdzvConf& conf = config.rdzv_conf;
+  rdzv::MungeOptions munge{conf.munge_socket};
+  AuthFacts facts;
+  facts.asked = conf.auth;
+  facts.token_file = !conf.token_file.empty();
+  facts.in_slurm = config.in_slurm;
+  facts.munge_socket = conf.munge_socket.empty() ? rdzv::DefaultMungeSocket() : conf.munge_socket;
+  facts.munge_socket_present = rdzv::MungeSocketPresent(munge);
+  absl::StatusOr<RdzvAuth> auth = ChooseRdzvAuth(facts);
+  if (!auth.ok()) return auth.status();
+  if (*auth == RdzvAuth::kMunge) out.munge = munge;
+  if (*auth != RdzvAuth::kToken) return out;
+  absl::StatusOr<std::string> read = rdzv::ReadTokenFile(conf.token_file);
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous token (--rdzv-conf token_file / MUSTER_TOKEN_FILE): ",
+                     read.status().message()));
+  }
+  out.token = *std::move(read);
+  return out;
+}
+
 // `one_node`: standalone or static, where nobody else needs to reach the
-// rendezvous (it listens on no port). `token`: the job's shared token, ""
-// for none. `tls`: checked already (ClientTlsCredentials); empty for
-// plaintext. Errors are usage errors.
+// rendezvous (it listens on no port). Errors are usage errors.
 absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_node, bool quiet,
-                                           const std::string& token, const rdzv::TlsFiles& tls) {
+                                           const RdzvCredential& credential) {
+  const std::string& token = credential.token;
+  const rdzv::TlsFiles& tls = credential.tls;
   Rendezvous out;
   if (one_node) {
     // The rendezvous only counts restarts; it gets no port. Its log would
@@ -119,10 +165,9 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
   if (!endpoint.ok()) return endpoint.status();
   const std::string dial_host = NumericLoopback(endpoint->host);
   const HostingFacts facts{endpoint->host, HostName(), config.local_addr, config.rdzv_conf.is_host};
-  const std::string auth =
-      absl::StrCat(token.empty() ? "none" : "token", tls.empty() ? "" : ", tls");
+  const std::string auth = credential.Describe();
   // With client certificates the server lets in only holders of one.
-  const bool warn_no_token = token.empty() && tls.cert.empty();
+  const bool unauthenticated = token.empty() && !credential.munge && tls.cert.empty();
   if (ShouldHostRendezvous(facts, IsLocalAddress)) {
     // Every other node keeps a connection to this one open; the workers get
     // the limit back (ChildProcess::Spawn).
@@ -150,6 +195,13 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
       }
       server_options.tls = tls;
     }
+    if (credential.munge && token.empty()) {
+      // The job is its user's: no other uid may join, watch or stop it.
+      rdzv::MungeAuth munge_auth;
+      munge_auth.munge = *credential.munge;
+      munge_auth.only_own_uid = true;
+      server_options.munge = munge_auth;
+    }
     absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
         rdzv::RendezvousServer::Start(BindHost(endpoint->host), endpoint->port, server_options);
     if (started.ok()) {
@@ -159,7 +211,7 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
       out.client = rdzv::NewLocalClient(out.hub, dial_host);
       Logger("agent")->info("hosting the rendezvous for job '{}' on port {} (auth: {})",
                             config.rdzv_id, endpoint->port, auth);
-      if (warn_no_token) WarnNoToken(FormatEndpoint(BindHost(endpoint->host), endpoint->port));
+      if (unauthenticated) WarnNoToken(FormatEndpoint(BindHost(endpoint->host), endpoint->port));
       return out;
     }
     if (config.rdzv_conf.is_host.value_or(false)) {
@@ -169,13 +221,15 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
     // Else another agent on this host bound it first: be its client.
   }
   const std::string target = FormatEndpoint(dial_host, endpoint->port);
-  out.client = rdzv::RendezvousClient::Create(
-      target, rdzv::ClientOptions{.keepalive = ClientKeepalive(config.rdzv_conf),
-                                  .token = token,
-                                  .token_file = config.rdzv_conf.token_file,
-                                  .tls = tls});
+  rdzv::ClientOptions client_options;
+  client_options.keepalive = ClientKeepalive(config.rdzv_conf);
+  client_options.token = token;
+  client_options.token_file = config.rdzv_conf.token_file;
+  if (token.empty()) client_options.munge = credential.munge;
+  client_options.tls = tls;
+  out.client = rdzv::RendezvousClient::Create(target, client_options);
   Logger("agent")->info("rendezvous for job '{}' at {} (auth: {})", config.rdzv_id, target, auth);
-  if (warn_no_token) WarnNoToken(target);
+  if (unauthenticated) WarnNoToken(target);
   return out;
 }
 
@@ -210,29 +264,27 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
                  "yourself to tune CPU threads\n");
   }
 
-  std::string token;
-  if (!config.rdzv_conf.token_file.empty()) {
-    absl::StatusOr<std::string> read = rdzv::ReadTokenFile(config.rdzv_conf.token_file);
-    if (!read.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rendezvous token (--rdzv-conf token_file / MUSTER_TOKEN_FILE): ",
-                       read.status().message()));
-    }
-    token = *std::move(read);
-  }
   const bool one_node = config.standalone || static_backend;
+  RdzvCredential credential;
+  if (!one_node || !config.rdzv_conf.token_file.empty()) {
+    // One node listens on no port: munge has nothing to prove there.
+    absl::StatusOr<RdzvCredential> read = ReadRdzvCredential(config);
+    if (!read.ok()) return read.status();
+    credential = *std::move(read);
+  }
   const rdzv::TlsFiles tls{config.rdzv_conf.cacert, config.rdzv_conf.cert, config.rdzv_conf.key};
   if (!one_node && !tls.empty()) {
     if (absl::Status checked = rdzv::ClientTlsCredentials(tls).status(); !checked.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("rendezvous TLS (--rdzv-conf cacert, cert, key): ", checked.message()));
     }
+    credential.tls = tls;
   }
 
   // From here on other threads exist (gRPC's): block the signals the agent reads first.
   BlockAgentSignals();
   rdzv::RouteGrpcLogsToSpdlog();
-  absl::StatusOr<Rendezvous> rendezvous = SetUpRendezvous(config, one_node, !log_level, token, tls);
+  absl::StatusOr<Rendezvous> rendezvous = SetUpRendezvous(config, one_node, !log_level, credential);
   if (!rendezvous.ok()) return rendezvous.status();
 
   AgentOptions options;

@@ -1,5 +1,7 @@
 #include "rendezvous/client.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -69,11 +71,15 @@ class GrpcRendezvousClient final : public RendezvousClient {
  private:
   class WatchStream;
 
+  // What a call proves itself with, under munge: a fresh credential, or
+  // (Heartbeat, Watch) only the node's secret, with a uid claim.
+  enum class Proof { kCredential, kSecret };
   // A context with the deadline, registered so the destructor can cancel it.
   std::shared_ptr<grpc::ClientContext> NewCall(absl::Duration timeout, bool wait_for_ready);
   // Puts the credential on a call. Insecure channels carry no
-  // CallCredentials: the metadata goes on each context.
-  void Authorize(grpc::ClientContext& context) const;
+  // CallCredentials: the metadata goes on each context. Errors: a munge
+  // credential could not be made.
+  absl::Status Authorize(grpc::ClientContext& context, Proof proof) const;
   // The call's status, with a refusal of our credential told in words
   // that say what to fix.
   absl::Status FromCall(const grpc::Status& status) const;
@@ -84,7 +90,7 @@ class GrpcRendezvousClient final : public RendezvousClient {
   void Unary(void (Rendezvous::Stub::async_interface::*method)(grpc::ClientContext*, const Request*,
                                                                Response*,
                                                                std::function<void(grpc::Status)>),
-             const Request& request, absl::Duration timeout, bool wait_for_ready,
+             const Request& request, absl::Duration timeout, bool wait_for_ready, Proof proof,
              std::function<Result(absl::Status, Response&)> convert,
              std::function<void(Result)> done);
 
@@ -97,6 +103,8 @@ class GrpcRendezvousClient final : public RendezvousClient {
   const TlsFiles tls_;
   // Why no channel could be made (TLS files that cannot be used): every call fails with it.
   absl::Status unusable_;
+  const std::optional<MungeOptions> munge_;
+  const std::string uid_ = std::to_string(::getuid());
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Rendezvous::Stub> stub_;
 
@@ -122,7 +130,8 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
   // Keeps the stream alive until OnDone, however the client lets go of it.
   void Start(std::shared_ptr<WatchStream> self) {
     self_ = std::move(self);
-    client_->Authorize(context_);
+    // A watch carries no credential: nothing to fail.
+    client_->Authorize(context_, Proof::kSecret).IgnoreError();
     client_->stub_->async()->Watch(&context_, &request_, this);
     StartRead(&event_);
     StartCall();
@@ -167,7 +176,8 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
 
 GrpcRendezvousClient::GrpcRendezvousClient(std::string target, const ClientOptions& options)
     : target_(std::move(target)), token_(options.token), token_file_(options.token_file),
-      tls_(options.tls) {
+      tls_(options.tls),
+      munge_(options.munge) {
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!tls_.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> secure = ClientTlsCredentials(tls_);
@@ -186,9 +196,25 @@ GrpcRendezvousClient::GrpcRendezvousClient(std::string target, const ClientOptio
   }
 }
 
-void GrpcRendezvousClient::Authorize(grpc::ClientContext& context) const {
-  if (token_.empty()) return;
-  context.AddMetadata(std::string(kAuthorizationKey), absl::StrCat(kBearerPrefix, token_));
+absl::Status GrpcRendezvousClient::Authorize(grpc::ClientContext& context, Proof proof) const {
+  if (!token_.empty()) {
+    context.AddMetadata(std::string(kAuthorizationKey), absl::StrCat(kBearerPrefix, token_));
+    return absl::OkStatus();
+  }
+  if (!munge_) return absl::OkStatus();
+  if (proof == Proof::kSecret) {
+    context.AddMetadata(std::string(kUidMetadataKey), uid_);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> credential = EncodeMungeCredential(*munge_);
+  if (!credential.ok()) {
+    // Retrying soon will not help more than the agent's own restart would.
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot make a munge credential for the rendezvous at ", target_, ": ",
+                     credential.status().message()));
+  }
+  context.AddMetadata(std::string(kMungeMetadataKey), *std::move(credential));
+  return absl::OkStatus();
 }
 
 absl::Status GrpcRendezvousClient::FromCall(const grpc::Status& status) const {
@@ -211,6 +237,13 @@ absl::Status GrpcRendezvousClient::FromCall(const grpc::Status& status) const {
     }
   }
   if (status.error_code() != grpc::StatusCode::UNAUTHENTICATED) return FromGrpcStatus(status);
+  if (token_.empty() && munge_) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the rendezvous at ", target_,
+        " refused our munge credential: either it takes a token (musterd --token-file: give "
+        "every agent --rdzv-conf token_file=PATH), or its munged does not share this host's "
+        "munge key, or the clocks of the two hosts are minutes apart"));
+  }
   if (token_.empty()) {
     return absl::UnauthenticatedError(absl::StrCat(
         "the rendezvous at ", target_,
@@ -261,7 +294,6 @@ std::shared_ptr<grpc::ClientContext> GrpcRendezvousClient::NewCall(absl::Duratio
   auto context = std::make_shared<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   context->set_wait_for_ready(wait_for_ready);
-  Authorize(*context);
   absl::MutexLock lock(&mu_);
   calls_.emplace(context.get(), context);
   ++pending_;
@@ -287,7 +319,7 @@ template <typename Request, typename Response, typename Result>
 void GrpcRendezvousClient::Unary(
     void (Rendezvous::Stub::async_interface::*method)(grpc::ClientContext*, const Request*,
                                                       Response*, std::function<void(grpc::Status)>),
-    const Request& request, absl::Duration timeout, bool wait_for_ready,
+    const Request& request, absl::Duration timeout, bool wait_for_ready, Proof proof,
     std::function<Result(absl::Status, Response&)> convert, std::function<void(Result)> done) {
   if (!unusable_.ok()) {
     Response none;
@@ -296,6 +328,12 @@ void GrpcRendezvousClient::Unary(
   }
   // calls_ owns the context until EndCall, at the end of the callback.
   grpc::ClientContext* context = NewCall(timeout, wait_for_ready).get();
+  if (absl::Status authorized = Authorize(*context, proof); !authorized.ok()) {
+    Response none;
+    done(convert(std::move(authorized), none));
+    EndCall(context);
+    return;
+  }
   auto call = std::make_shared<std::pair<Request, Response>>(request, Response());
   (stub_->async()->*method)(context, &call->first, &call->second,
                             [this, context, call, convert = std::move(convert),
@@ -310,6 +348,7 @@ void GrpcRendezvousClient::Join(const JoinRequest& request, absl::Duration timeo
                                 std::function<void(absl::StatusOr<Assignment>)> done) {
   Unary<JoinRequest, JoinResponse, absl::StatusOr<Assignment>>(
       &Rendezvous::Stub::async_interface::Join, request, timeout, /*wait_for_ready=*/true,
+      Proof::kCredential,
       [target = target_](absl::Status status,
                          JoinResponse& response) -> absl::StatusOr<Assignment> {
         if (!status.ok()) return status;
@@ -330,6 +369,7 @@ void GrpcRendezvousClient::Heartbeat(const HeartbeatRequest& request, absl::Dura
                                      std::function<void(absl::StatusOr<int64_t>)> done) {
   Unary<HeartbeatRequest, HeartbeatResponse, absl::StatusOr<int64_t>>(
       &Rendezvous::Stub::async_interface::Heartbeat, request, timeout, /*wait_for_ready=*/false,
+      Proof::kSecret,
       [](absl::Status status, HeartbeatResponse& response) -> absl::StatusOr<int64_t> {
         if (!status.ok()) return status;
         return response.round();
@@ -346,28 +386,28 @@ void GrpcRendezvousClient::ReportFailure(const ReportFailureRequest& request,
                                          absl::Duration timeout,
                                          std::function<void(absl::Status)> done) {
   Unary<ReportFailureRequest, ReportFailureResponse, absl::Status>(
-      &Rendezvous::Stub::async_interface::ReportFailure, request, timeout, true,
+      &Rendezvous::Stub::async_interface::ReportFailure, request, timeout, true, Proof::kCredential,
       StatusOnly<ReportFailureResponse>, std::move(done));
 }
 
 void GrpcRendezvousClient::ReportDone(const ReportDoneRequest& request, absl::Duration timeout,
                                       std::function<void(absl::Status)> done) {
   Unary<ReportDoneRequest, ReportDoneResponse, absl::Status>(
-      &Rendezvous::Stub::async_interface::ReportDone, request, timeout, true,
+      &Rendezvous::Stub::async_interface::ReportDone, request, timeout, true, Proof::kCredential,
       StatusOnly<ReportDoneResponse>, std::move(done));
 }
 
 void GrpcRendezvousClient::Leave(const LeaveRequest& request, absl::Duration timeout,
                                  std::function<void(absl::Status)> done) {
   Unary<LeaveRequest, LeaveResponse, absl::Status>(&Rendezvous::Stub::async_interface::Leave,
-                                                   request, timeout, false,
+                                                   request, timeout, false, Proof::kCredential,
                                                    StatusOnly<LeaveResponse>, std::move(done));
 }
 
 void GrpcRendezvousClient::Status(const StatusRequest& request, absl::Duration timeout,
                                   std::function<void(absl::StatusOr<StatusResponse>)> done) {
   Unary<StatusRequest, StatusResponse, absl::StatusOr<StatusResponse>>(
-      &Rendezvous::Stub::async_interface::Status, request, timeout, false,
+      &Rendezvous::Stub::async_interface::Status, request, timeout, false, Proof::kCredential,
       [](absl::Status status, StatusResponse& response) -> absl::StatusOr<StatusResponse> {
         if (!status.ok()) return status;
         return std::move(response);

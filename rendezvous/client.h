@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.pb.h"
 #include "rendezvous/tls_files.h"
+#include "rendezvous/munge_credential.h"
 
 namespace muster::rdzv {
 
@@ -28,6 +30,12 @@ struct ClientOptions {
   // against tls.cacert and the host of the target, and tls.cert with tls.key,
   // when given, is presented to the server.
   TlsFiles tls;
+  // Munge (munge_credential.h): Join, Status, ReportFailure, ReportDone and
+  // Leave each carry a fresh credential (kMungeMetadataKey: munged refuses a
+  // replay), made on the caller's thread before the call starts; Heartbeat
+  // and Watch carry only this process's uid (kUidMetadataKey), the node's
+  // secret being their proof. Unset: no munge. Ignored with a token.
+  std::optional<MungeOptions> munge;
 };
 
 // How an agent reaches its job's rendezvous. Two implementations: gRPC to a
@@ -44,7 +52,9 @@ class RendezvousClient {
   // what to do: retrying cannot help. With options.tls, a connection that
   // fails (kUnavailable) says what to check of the certificates; TLS files
   // that cannot be used (see ClientTlsCredentials, which callers run first
-  // to report them) fail every call with kInvalidArgument.
+  // to report them) fail every call with kInvalidArgument. With munge, a
+  // credential that cannot be made (munged down) ends the call
+  // kFailedPrecondition, naming munged's socket, before anything is sent.
   static std::unique_ptr<RendezvousClient> Create(const std::string& target,
                                                   const ClientOptions& options = {});
 

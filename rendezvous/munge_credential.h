@@ -14,8 +14,15 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace muster::rdzv {
+
+// The metadata a rendezvous call carries its credential in (Join, Status,
+// ReportFailure, ReportDone, Leave), and the uid a Heartbeat or Watch
+// claims (a claim only: the node's secret authorizes those).
+inline constexpr absl::string_view kMungeMetadataKey = "x-muster-munge";
+inline constexpr absl::string_view kUidMetadataKey = "x-muster-uid";
 
 struct MungeOptions {
   // munged's socket; empty: libmunge's default (/run/munge/munge.socket.2).

@@ -28,6 +28,7 @@
 #include "common/unique_handle.h"
 #include "rendezvous/grpc_exit.h"
 #include "rendezvous/grpc_log.h"
+#include "rendezvous/munge_credential.h"
 #include "rendezvous/service.h"
 #include "rendezvous/tls.h"
 #include "rendezvous/token.h"
@@ -46,8 +47,8 @@ constexpr absl::Duration kShutdownGrace = absl::Milliseconds(500);
 constexpr const char* kFooter = R"(Exit status:
   0  stopped by SIGTERM or SIGINT; pending joins were told the server is going away
   1  cannot serve: the port is in use, or --listen is not an address of this host
-  2  usage error, or a --token-file or --tls-* file that cannot be used (its mode, owner or
-     contents)
+  2  usage error, a --token-file or --tls-* file that cannot be used (its mode, owner or
+     contents), or --munge with no munged socket
 
 Agents connect with:
   muster --rdzv-backend c10d --rdzv-endpoint THIS_HOST:PORT --rdzv-id JOB --nnodes N ...
@@ -55,7 +56,9 @@ With --token-file, every agent needs the same token: --rdzv-conf token_file=PATH
 MUSTER_TOKEN_FILE=PATH); calls without it are refused.
 With --tls-cert and --tls-key, agents need --rdzv-conf cacert=CA (the authority that signed
 --tls-cert, which must name the host or address they dial); with --tls-cacert too, they also
-need cert=PATH,key=PATH, a client certificate that authority signed.
+need cert=PATH,key=PATH, a client certificate that authority signed. With --munge (inside a Slurm
+cluster), agents under Slurm send munge credentials with no flag; each uid's jobs are
+its own (another uid's job of the same id is another job).
 Set MUSTER_LOG_LEVEL=debug for more detail (with GRPC_VERBOSITY=debug, gRPC's own log).)";
 
 int Error(int code, absl::string_view message) {
@@ -146,6 +149,8 @@ int Main(int argc, char** argv) {
   int64_t max_jobs = static_cast<int64_t>(options.hub.state.max_jobs);
   std::string token_file;
   rdzv::TlsFiles tls;
+  bool munge = false;
+  std::string munge_socket;
   CLI::App app(
       "musterd: the standalone rendezvous server for muster (and torchrun-style) jobs. It serves "
       "many jobs at once, one per --rdzv-id, and logs a line per round.",
@@ -174,6 +179,15 @@ int Main(int argc, char** argv) {
                  "with --tls-cert: require every agent to present a client certificate this "
                  "authority signed (agents: --rdzv-conf cert=PATH,key=PATH)")
       ->type_name("PATH");
+  auto* munge_flag = app.add_flag(
+      "--munge", munge,
+      "trust munge credentials (Slurm's): join, status, reports and leave must carry one; "
+      "each uid's jobs are kept apart from other uids'");
+  app.add_option("--munge-socket", munge_socket,
+                 "munged's socket (default: libmunge's, /run/munge/munge.socket.2)")
+      ->type_name("PATH")
+      ->needs(munge_flag);
+  munge_flag->excludes(app.get_option("--token-file"));
   app.add_option("--max-join-timeout", max_join_timeout_text,
                  "a job with no node in it is forgotten after its join_timeout, or after this "
                  "long if shorter, whatever its agents asked for (e.g. 30m, 1h, 2h)")
@@ -253,6 +267,18 @@ int Main(int argc, char** argv) {
     }
     options.tls = tls;
   }
+  if (munge) {
+    rdzv::MungeAuth auth;
+    auth.munge.socket = munge_socket;
+    auth.only_own_uid = false;  // every uid, each in its own namespace
+    if (!rdzv::MungeSocketPresent(auth.munge)) {
+      return Error(kExitUsage,
+                   absl::StrCat("--munge: no munged socket at ",
+                                munge_socket.empty() ? rdzv::DefaultMungeSocket() : munge_socket,
+                                "; start munged, or give --munge-socket PATH"));
+    }
+    options.munge = auth;
+  }
 
   if (const char* level = std::getenv("MUSTER_LOG_LEVEL")) {
     SetLogLevel(spdlog::level::from_str(level));
@@ -281,7 +307,12 @@ int Main(int argc, char** argv) {
   std::printf("musterd: serving rendezvous on %s\n",
               FormatEndpoint(listen, (*server)->port()).c_str());
   std::fflush(stdout);
-  if (options.token.empty()) {
+  if (options.munge) {
+    Logger("musterd")->info(
+        "auth: munge (socket {}): calls without a credential are refused; each uid's jobs are "
+        "kept apart",
+        munge_socket.empty() ? rdzv::DefaultMungeSocket() : munge_socket);
+  } else if (options.token.empty()) {
     Logger("musterd")->warn(
         "auth: none: anyone who can reach this port can join, watch or stop any job; give "
         "--token-file PATH (a mode 600 file with one line of secret) and the agents "

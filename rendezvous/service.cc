@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
@@ -38,9 +40,9 @@ std::string PeerHost(const std::string& raw_peer) {
 }
 
 RendezvousService::RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token,
-                                     PeerBounds bounds)
-    : hub_(std::move(hub)), token_(std::move(token)),
-      peers_(bounds.pending_joins, bounds.open_watches) {}
+                                     PeerBounds bounds, std::optional<MungeAuth> munge)
+    : hub_(std::move(hub)), token_(std::move(token)), munge_(std::move(munge)),
+      own_uid_(::getuid()), peers_(bounds.pending_joins, bounds.open_watches) {}
 
 bool RendezvousService::Authenticated(grpc::CallbackServerContext* context, const char* method) {
   if (token_.empty()) return true;
@@ -60,6 +62,77 @@ bool RendezvousService::Authenticated(grpc::CallbackServerContext* context, cons
   LogRefusal("unauthenticated",
              absl::StrCat("refused a ", method, " call from ", ForLog(context->peer()), ": ", why));
   return false;
+}
+
+namespace {
+
+// The one value of metadata `key`, if the call carries exactly one.
+std::optional<absl::string_view> OneValue(grpc::CallbackServerContext* context,
+                                          absl::string_view key, const char** why) {
+  const auto [first, last] =
+      context->client_metadata().equal_range(grpc::string_ref(key.data(), key.size()));
+  if (first == last) {
+    *why = "none";
+    return std::nullopt;
+  }
+  if (std::next(first) != last) {
+    *why = "more than one";
+    return std::nullopt;
+  }
+  return absl::string_view(first->second.data(), first->second.size());
+}
+
+}  // namespace
+
+absl::StatusOr<RendezvousService::Caller> RendezvousService::Admit(
+    grpc::CallbackServerContext* context, const char* method, bool credential) {
+  if (!Authenticated(context, method)) return absl::UnauthenticatedError(kRefusedMessage);
+  if (!munge_ || !token_.empty()) return Caller{};
+  if (!credential) {
+    // The node's secret authorizes the call; a hosting agent has one
+    // namespace, musterd needs the claim to find the job.
+    if (munge_->only_own_uid) return Caller{};
+    const char* why = nullptr;
+    std::optional<absl::string_view> claim = OneValue(context, kUidMetadataKey, &why);
+    uint32_t uid = 0;
+    if (claim && !absl::SimpleAtoi(*claim, &uid)) why = "not a uid";
+    if (why != nullptr) {
+      LogRefusal("unauthenticated",
+                 absl::StrCat("refused a ", method, " call from ", ForLog(context->peer()), ": ",
+                              why, " in ", kUidMetadataKey));
+      return absl::UnauthenticatedError(kRefusedMessage);
+    }
+    return Caller{absl::StrCat(uid, "/"), std::nullopt};
+  }
+  const char* why = nullptr;
+  std::optional<absl::string_view> value = OneValue(context, kMungeMetadataKey, &why);
+  if (!value) {
+    LogRefusal("unauthenticated",
+               absl::StrCat("refused a ", method, " call from ", ForLog(context->peer()), ": ", why,
+                            " in ", kMungeMetadataKey));
+    return absl::UnauthenticatedError(kRefusedMessage);
+  }
+  absl::StatusOr<MungeIdentity> identity =
+      DecodeMungeCredential(std::string(*value), munge_->munge);
+  if (!identity.ok()) {
+    LogRefusal("unauthenticated",
+               absl::StrCat("refused a ", method, " call from ", ForLog(context->peer()), ": ",
+                            ForLog(identity.status().message())));
+    if (absl::IsUnauthenticated(identity.status())) {
+      return absl::UnauthenticatedError(kRefusedMessage);
+    }
+    // Of the server, not the caller: munged is down (the agent retries).
+    return absl::UnavailableError(
+        "this rendezvous cannot check munge credentials now (its munged does not answer)");
+  }
+  if (munge_->only_own_uid && identity->uid != own_uid_) {
+    LogRefusal("denied", absl::StrCat("refused a ", method, " from ", ForLog(context->peer()),
+                                      ": uid ", identity->uid, " is not uid ", own_uid_,
+                                      ", whose job this rendezvous serves"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "uid ", identity->uid, " may not use this rendezvous: it serves uid ", own_uid_, "'s job"));
+  }
+  return Caller{munge_->only_own_uid ? "" : absl::StrCat(identity->uid, "/"), identity->uid};
 }
 
 // A join waiting for its round. The hub runs its callback exactly once,
@@ -275,10 +348,6 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context) {
-  return FinishNow(context, absl::UnauthenticatedError(kRefusedMessage));
-}
-
 }  // namespace
 
 void RendezvousService::LogRefusal(absl::string_view kind, const std::string& line) {
@@ -304,10 +373,31 @@ void RendezvousService::LogIfDenied(absl::string_view call, const std::string& p
                                     ": it does not carry the node's secret"));
 }
 
+namespace {
+
+// `request` with the job id the hub knows it by (the caller's namespace put
+// before the caller's id), or `request` itself in no namespace.
+template <typename Request>
+const Request& InNamespace(const Request& request, const std::string& prefix, Request* copy) {
+  if (prefix.empty()) return request;
+  *copy = request;
+  copy->set_job_id(absl::StrCat(prefix, request.job_id()));
+  return *copy;
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* context,
-                                                  const JoinRequest* request,
+                                                  const JoinRequest* raw_request,
                                                   JoinResponse* response) {
-  if (!Authenticated(context, "Join")) return Refuse(context);
+  absl::StatusOr<Caller> caller = Admit(context, "Join", /*credential=*/true);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  // The bounds are on the caller's id, whatever namespace it goes in.
+  if (absl::Status id = ValidateJobId(raw_request->job_id()); !id.ok()) {
+    return FinishNow(context, id);
+  }
+  JoinRequest copy;
+  const JoinRequest* request = &InNamespace(*raw_request, caller->job_prefix, &copy);
   const std::string peer = context->peer();
   absl::StatusOr<PeerLimits::Slot> slot = peers_.Acquire(peer, PeerLimits::Kind::kJoin);
   if (!slot.ok()) {
@@ -318,25 +408,31 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   const uint64_t ticket = hub_->NewTicket();
   auto* reactor = new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket,
                                   response, *std::move(slot));
-  hub_->Join(*request, PeerHost(peer), ticket,
-             [this, reactor, peer, job_id = request->job_id(),
-              node_id = request->node().node_id()](absl::StatusOr<Assignment> result) {
-               if (!result.ok() && IsRefusal(result.status())) {
-                 LogRefusal("join", absl::StrCat(
-                                        "refused the join of node ", ForLog(node_id), " to job '",
-                                        ForLog(job_id), "' from ", ForLog(peer), ": ",
-                                        ForLog(result.status().message(), kMaxLoggedMessageBytes)));
-               }
-               reactor->Complete(std::move(result));
-             });
+  hub_->Join(
+      *request, PeerHost(peer), ticket,
+      [this, reactor, peer, uid = caller->uid, job_id = request->job_id(),
+       node_id = request->node().node_id()](absl::StatusOr<Assignment> result) {
+        if (!result.ok() && IsRefusal(result.status())) {
+          LogRefusal("join",
+                     absl::StrCat("refused the join of node ", ForLog(node_id), " to job '",
+                                  ForLog(job_id), "' from ", ForLog(peer), ": ",
+                                  ForLog(result.status().message(), kMaxLoggedMessageBytes)));
+        }
+        if (result.ok() && uid) {
+          static const auto logger = Logger("rdzv");
+          logger->info("job '{}': node {} joined as uid {}", ForLog(job_id), ForLog(node_id), *uid);
+        }
+        reactor->Complete(std::move(result));
+      });
   return reactor;
 }
 
 grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackServerContext* context,
-                                                               const WatchRequest* request) {
-  if (!Authenticated(context, "Watch")) {
-    return new RefusedWatch(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kRefusedMessage));
-  }
+                                                               const WatchRequest* raw_request) {
+  absl::StatusOr<Caller> caller = Admit(context, "Watch", /*credential=*/false);
+  if (!caller.ok()) return new RefusedWatch(ToGrpcStatus(caller.status()));
+  WatchRequest copy;
+  const WatchRequest* request = &InNamespace(*raw_request, caller->job_prefix, &copy);
   const std::string peer = context->peer();
   absl::StatusOr<PeerLimits::Slot> slot = peers_.Acquire(peer, PeerLimits::Kind::kWatch);
   if (!slot.ok()) {
@@ -358,49 +454,65 @@ grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackSer
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* context,
-                                                       const HeartbeatRequest* request,
+                                                       const HeartbeatRequest* raw_request,
                                                        HeartbeatResponse* response) {
-  if (!Authenticated(context, "Heartbeat")) return Refuse(context);
-  absl::StatusOr<int64_t> round = hub_->Heartbeat(*request);
+  absl::StatusOr<Caller> caller = Admit(context, "Heartbeat", /*credential=*/false);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  HeartbeatRequest copy;
+  const HeartbeatRequest& request = InNamespace(*raw_request, caller->job_prefix, &copy);
+  absl::StatusOr<int64_t> round = hub_->Heartbeat(request);
   if (round.ok()) response->set_round(*round);
-  LogIfDenied("a heartbeat", context->peer(), request->job_id(), request->node_id(),
-              round.status());
+  LogIfDenied("a heartbeat", context->peer(), request.job_id(), request.node_id(), round.status());
   return FinishNow(context, round.status());
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* context,
-                                                           const ReportFailureRequest* request,
+                                                           const ReportFailureRequest* raw_request,
                                                            ReportFailureResponse* response) {
-  if (!Authenticated(context, "ReportFailure")) return Refuse(context);
-  const absl::Status status = hub_->ReportFailure(*request);
-  LogIfDenied("a failure report", context->peer(), request->job_id(), request->node_id(), status);
+  absl::StatusOr<Caller> caller = Admit(context, "ReportFailure", /*credential=*/true);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  ReportFailureRequest copy;
+  const ReportFailureRequest& request = InNamespace(*raw_request, caller->job_prefix, &copy);
+  const absl::Status status = hub_->ReportFailure(request);
+  LogIfDenied("a failure report", context->peer(), request.job_id(), request.node_id(), status);
   return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportDone(grpc::CallbackServerContext* context,
-                                                        const ReportDoneRequest* request,
+                                                        const ReportDoneRequest* raw_request,
                                                         ReportDoneResponse* response) {
-  if (!Authenticated(context, "ReportDone")) return Refuse(context);
-  const absl::Status status = hub_->ReportDone(*request);
-  LogIfDenied("a done report", context->peer(), request->job_id(), request->node_id(), status);
+  absl::StatusOr<Caller> caller = Admit(context, "ReportDone", /*credential=*/true);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  ReportDoneRequest copy;
+  const ReportDoneRequest& request = InNamespace(*raw_request, caller->job_prefix, &copy);
+  const absl::Status status = hub_->ReportDone(request);
+  LogIfDenied("a done report", context->peer(), request.job_id(), request.node_id(), status);
   return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* context,
-                                                   const LeaveRequest* request,
+                                                   const LeaveRequest* raw_request,
                                                    LeaveResponse* response) {
-  if (!Authenticated(context, "Leave")) return Refuse(context);
-  const absl::Status status = hub_->Leave(*request);
-  LogIfDenied("a leave", context->peer(), request->job_id(), request->node_id(), status);
+  absl::StatusOr<Caller> caller = Admit(context, "Leave", /*credential=*/true);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  LeaveRequest copy;
+  const LeaveRequest& request = InNamespace(*raw_request, caller->job_prefix, &copy);
+  const absl::Status status = hub_->Leave(request);
+  LogIfDenied("a leave", context->peer(), request.job_id(), request.node_id(), status);
   return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* context,
                                                     const StatusRequest* request,
                                                     StatusResponse* response) {
-  if (!Authenticated(context, "Status")) return Refuse(context);
-  absl::StatusOr<StatusResponse> status = hub_->Status(request->job_id());
-  if (status.ok()) *response = *std::move(status);
+  absl::StatusOr<Caller> caller = Admit(context, "Status", /*credential=*/true);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  absl::StatusOr<StatusResponse> status =
+      hub_->Status(absl::StrCat(caller->job_prefix, request->job_id()));
+  if (status.ok()) {
+    *response = *std::move(status);
+    response->set_job_id(request->job_id());  // the caller's id, not the hub's
+  }
   return FinishNow(context, status.status());
 }
 
@@ -416,8 +528,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->ticker_ = CallbackTicker::Acquire();
   server->hub_ = std::make_shared<RendezvousHub>(options.hub);
-  server->service_ =
-      std::make_unique<RendezvousService>(server->hub_, options.token, options.per_peer);
+  server->service_ = std::make_unique<RendezvousService>(server->hub_, options.token,
+                                                         options.per_peer, options.munge);
   grpc::ServerBuilder builder;
   // Without this, gRPC sets SO_REUSEPORT and a second server on the same port
   // would silently share it instead of failing.

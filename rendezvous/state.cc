@@ -94,15 +94,14 @@ std::string CutText(absl::string_view text, size_t max_bytes) {
   return absl::StrCat(text.substr(0, keep), "... [cut: ", text.size() - keep, " bytes]");
 }
 
-absl::Status ValidateJobId(absl::string_view job_id) {
+absl::Status ValidateJobId(absl::string_view job_id, size_t max_length) {
   if (job_id.empty()) {
     return absl::InvalidArgumentError(
         "the job id (--rdzv-id) is empty; give a short name without spaces");
   }
-  if (job_id.size() > kMaxJobIdLength) {
+  if (job_id.size() > max_length) {
     return absl::InvalidArgumentError(absl::StrCat("the job id (--rdzv-id) is ", job_id.size(),
-                                                   " characters long; use at most ",
-                                                   kMaxJobIdLength));
+                                                   " characters long; use at most ", max_length));
   }
   for (char c : job_id) {
     if (!std::isgraph(static_cast<unsigned char>(c))) {
@@ -145,7 +144,9 @@ absl::Status ValidateJoinRequest(const JoinRequest& request) {
         ", the rendezvous speaks version ", kProtocolVersion,
         "; run the same muster version on every node (and musterd)"));
   }
-  MUSTER_RETURN_IF_ERROR(ValidateJobId(request.job_id()));
+  // The service checks a client's id itself, then may put a uid's namespace
+  // before it (kMaxJobNamespaceLength).
+  MUSTER_RETURN_IF_ERROR(ValidateJobId(request.job_id(), kMaxJobIdLength + kMaxJobNamespaceLength));
   MUSTER_RETURN_IF_ERROR(ValidateJobConfig(request.config()));
   const NodeInfo& info = request.node();
   if (info.node_id().empty() || info.node_id().size() > kMaxNodeIdLength) {

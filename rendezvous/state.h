@@ -55,6 +55,9 @@ struct Effects {
 // What a join may carry: bounds on every field, so that what a client sends
 // cannot make the server hold, log or send back more than a few KiB.
 inline constexpr size_t kMaxJobIdLength = 256;
+// What a rendezvous may put before a client's job id to keep uids apart
+// ("4294967295/", see RendezvousService): the hub's ids are this much longer.
+inline constexpr size_t kMaxJobNamespaceLength = 11;
 inline constexpr size_t kMaxNodeIdLength = 512;
 inline constexpr size_t kMaxHostLength = 255;  // host and advertised_addr
 inline constexpr int32_t kMaxLocalWorldSize = 65536;
@@ -72,8 +75,9 @@ inline constexpr size_t kMaxFailureMessageBytes = 64 * 1024;
 inline constexpr size_t kMaxDetailBytes = 2048;
 inline constexpr size_t kMaxReasonBytes = 256;
 
-// Checks a job id: 1..256 printable ASCII characters with no white space.
-absl::Status ValidateJobId(absl::string_view job_id);
+// Checks a job id: 1..max_length (256 for a client's id) printable ASCII
+// characters with no white space.
+absl::Status ValidateJobId(absl::string_view job_id, size_t max_length = kMaxJobIdLength);
 // Checks a job's rules: 0 < min <= max <= 65536, 0 <= max_restarts <=
 // 1,000,000, timeouts 0..7 days, heartbeat_timeout at least 1 s.
 absl::Status ValidateJobConfig(const JobConfig& config);

@@ -1,13 +1,15 @@
 """The sbatch examples in scripts/sbatch/, submitted unchanged with
 `sbatch --wait` to a real Slurm on this machine (tests/slurm/cluster.sh:
 slurmctld and two slurmd, node1 and node2)."""
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 import unittest
 
-from harness import PYTHON, ROOT, TempDirTest, env, pid_alive, wait_for, worker_records, WORKERS
+from harness import (PYTHON, RDZV_CALL, ROOT, TempDirTest, env, pid_alive, run, wait_for,
+                     worker_records, WORKERS)
 
 CLUSTER = os.path.join(ROOT, "tests", "slurm", "cluster.sh")
 SBATCH = os.path.join(ROOT, "scripts", "sbatch")
@@ -59,6 +61,24 @@ class SlurmCluster(TempDirTest):
         output = open(out).read() if os.path.exists(out) else ""
         return r.returncode, output + r.stderr
 
+    def submit(self, *args, **extra):
+        """sbatch --wait in the background: (process, job id)."""
+        out = self.path("job.out")
+        e = env(SLURM_CONF=self.conf, PATH=LAUNCHER_DIR + ":" + os.environ["PATH"],
+                TRAIN=os.path.join(WORKERS, "signals.py"), **extra)
+        for key in [k for k in e if k.startswith("SLURM_") and k != "SLURM_CONF"]:
+            del e[key]
+        proc = subprocess.Popen(["sbatch", "--wait", "--parsable", f"--output={out}", "--chdir",
+                                 ROOT, os.path.join(SBATCH, "multi-node.sbatch"), self.tmp, *args],
+                                env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        job_id = proc.stdout.readline().strip().split(";")[0]
+        self.assertTrue(job_id.isdigit(), f"sbatch said {job_id!r}")
+        self.e = e
+        return proc, job_id
+
+    def both_started(self):
+        return wait_for(lambda: all(os.path.exists(self.path(f"pid.{r}")) for r in (0, 1)), 60)
+
 
 class RealSlurm(SlurmCluster):
     def test_multi_node_ranks_are_unique_across_both_nodes(self):
@@ -107,24 +127,6 @@ class RealSlurm(SlurmCluster):
 class RealSlurmSignals(SlurmCluster):
     """scancel and --signal as Slurm sends them, reaching every worker."""
 
-    def submit(self, *args, **extra):
-        """sbatch --wait in the background: (process, job id)."""
-        out = self.path("job.out")
-        e = env(SLURM_CONF=self.conf, PATH=LAUNCHER_DIR + ":" + os.environ["PATH"],
-                TRAIN=os.path.join(WORKERS, "signals.py"), **extra)
-        for key in [k for k in e if k.startswith("SLURM_") and k != "SLURM_CONF"]:
-            del e[key]
-        proc = subprocess.Popen(["sbatch", "--wait", "--parsable", f"--output={out}", "--chdir",
-                                 ROOT, os.path.join(SBATCH, "multi-node.sbatch"), self.tmp, *args],
-                                env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        job_id = proc.stdout.readline().strip().split(";")[0]
-        self.assertTrue(job_id.isdigit(), f"sbatch said {job_id!r}")
-        self.e = e
-        return proc, job_id
-
-    def both_started(self):
-        return wait_for(lambda: all(os.path.exists(self.path(f"pid.{r}")) for r in (0, 1)), 60)
-
     def test_scancel_reaches_every_worker_and_leaves_no_process(self):
         proc, job_id = self.submit("--seconds", "60")
         self.assertTrue(self.both_started(), open(self.path("job.out")).read())
@@ -147,6 +149,52 @@ class RealSlurmSignals(SlurmCluster):
         proc.wait(timeout=60)
         self.assertEqual(proc.returncode, 0, open(self.path("job.out")).read())
         self.assertFalse(any(os.path.exists(self.path(f"SIGTERM.{r}")) for r in (0, 1)))
+
+
+class RealSlurmMunge(SlurmCluster):
+    """Issue 11, must work 3: inside the allocation the agents use munge with no flag
+    (munged runs on its default socket, as on a cluster); another uid on the same
+    host, who knows the job's id and port, is refused, and the job goes on."""
+
+    def call(self, port, method, request, *args, user=None):
+        """rdzv-call's (status name, message), run as `user` (runuser) or as root."""
+        command = [RDZV_CALL, "--target", f"127.0.0.1:{port}", "--timeout", "5", *args, method,
+                   json.dumps(request)]
+        if user is not None:
+            command = ["runuser", "-u", user, "--", *command]
+        result = run(command, timeout=30)
+        lines = result.stdout.splitlines()
+        self.assertTrue(lines, f"rdzv-call printed nothing: {result.stderr}")
+        code, _, message = lines[-1].partition("\t")
+        return code, message
+
+    def test_a_job_uses_munge_with_no_flag_and_refuses_another_uid(self):
+        proc, job_id = self.submit("--seconds", "15")
+        self.assertTrue(self.both_started(), open(self.path("job.out")).read())
+        port = 20000 + int(job_id) % 10000  # SlurmRendezvousPort
+        join = {"jobId": job_id, "config": {"minNodes": 2, "maxNodes": 2},
+                "node": {"nodeId": "intruder", "host": "node1", "localWorldSize": 1}}
+
+        # The job's own uid, with a credential, is answered: the refusals below can fail.
+        code, message = self.call(port, "Status", {"jobId": job_id}, "--munge")
+        self.assertEqual(code, "OK", message)
+        code, message = self.call(port, "Status", {"jobId": job_id})
+        self.assertEqual(code, "UNAUTHENTICATED", message)
+        code, message = self.call(port, "Join", join, "--munge", user="nobody")
+        self.assertEqual(code, "PERMISSION_DENIED", message)
+        self.assertIn("uid 65534 may not use this rendezvous: it serves uid 0's job", message)
+        code, message = self.call(port, "ReportFailure",
+                                  {"jobId": job_id, "nodeId": "intruder", "failure": {"exitCode": 1}},
+                                  "--munge", user="nobody")
+        self.assertEqual(code, "PERMISSION_DENIED", message)
+
+        proc.wait(timeout=90)
+        output = open(self.path("job.out")).read()
+        self.assertEqual(proc.returncode, 0, output)
+        self.assertEqual(output.count("(auth: munge, uid 0)"), 2, output)  # host and client
+        self.assertNotIn("no rendezvous token", output)
+        self.assertIn("uid 65534 is not uid 0", output)  # the hosting agent decoded it
+        self.assertFalse(any(os.path.exists(self.path(f"SIGTERM.{r}")) for r in (0, 1)), output)
 
 
 if __name__ == "__main__":

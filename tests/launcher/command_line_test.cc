@@ -49,12 +49,14 @@ TEST(ReadCommandLineTest, OutsideSlurmIsTheCommandLineAlone) {
   EXPECT_EQ(command.parsed.config.min_nodes, 2);
   EXPECT_EQ(command.parsed.config.rdzv_endpoint, "");
   EXPECT_FALSE(command.parsed.config.rdzv_conf.is_host);
+  EXPECT_FALSE(command.parsed.config.in_slurm);
 }
 
 TEST(ReadCommandLineTest, TheAllocationFillsWhatNoFlagGives) {
   const CommandLine command = Ok({"train.py"}, kSlurmNode1);
   ASSERT_TRUE(command.slurm);
   const LaunchConfig& config = command.parsed.config;
+  EXPECT_TRUE(config.in_slurm);  // munge, where munged runs
   EXPECT_EQ(config.min_nodes, 2);
   EXPECT_EQ(config.max_nodes, 2);
   EXPECT_EQ(config.node_rank, 1);

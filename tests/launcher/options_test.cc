@@ -462,6 +462,18 @@ TEST(ParseCommandLineTest, TlsFilesTakeTorchrunsEtcdKeyNames) {
   EXPECT_THAT(Error({"--rdzv-conf", "cacert=", "t.py"}), HasSubstr("has no value"));
 }
 
+TEST(ParseCommandLineTest, RdzvConfAuthAndMungeSocket) {
+  EXPECT_EQ(Config({"t.py"}).rdzv_conf.auth, RdzvAuth::kAuto);
+  EXPECT_EQ(Config({"--rdzv-conf", "auth=none", "t.py"}).rdzv_conf.auth, RdzvAuth::kNone);
+  EXPECT_EQ(Config({"--rdzv-conf", "auth=token", "t.py"}).rdzv_conf.auth, RdzvAuth::kToken);
+  EXPECT_EQ(Config({"--rdzv-conf", "auth=munge,munge_socket=/m.sock", "t.py"}).rdzv_conf.auth,
+            RdzvAuth::kMunge);
+  EXPECT_EQ(Config({"--rdzv-conf", "munge_socket=/m.sock", "t.py"}).rdzv_conf.munge_socket,
+            "/m.sock");
+  EXPECT_THAT(Error({"--rdzv-conf", "auth=kerberos", "t.py"}),
+              HasSubstr("auth needs none, token or munge, not kerberos"));
+}
+
 TEST(ParseCommandLineTest, RdzvConfErrorsNameTheKeyAndListTheKeys) {
   struct Case {
     std::string conf;

@@ -24,9 +24,10 @@
 namespace muster::rdzv {
 namespace {
 
-ClientOptions WithToken(std::string token) {
+ClientOptions WithToken(std::string token, std::string token_file = "") {
   ClientOptions options;
   options.token = std::move(token);
+  options.token_file = std::move(token_file);
   return options;
 }
 
@@ -165,8 +166,8 @@ class AuthTest : public ::testing::Test {
 
   // The job "job" with node "a" in its round, joined with the token.
   void JoinNodeA() {
-    std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(
-        target_, ClientOptions{.token = kToken, .token_file = "/t", .tls = {}});
+    std::unique_ptr<RendezvousClient> client =
+        RendezvousClient::Create(target_, WithToken(kToken, "/t"));
     absl::StatusOr<Assignment> joined = client->JoinSync(MakeJoin("job", "a"), kRpc);
     ASSERT_TRUE(joined.ok()) << joined.status();
     secret_a_ = joined->node_secret();
@@ -255,9 +256,8 @@ TEST_F(AuthTest, AgentClientWithTheTokenRunsAJob) {
 }
 
 TEST_F(AuthTest, AgentClientWithAWrongTokenIsToldWhichFileAndWhatToDo) {
-  std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(
-      target_,
-      ClientOptions{.token = "another-token-0123456789", .token_file = "/etc/tok", .tls = {}});
+  std::unique_ptr<RendezvousClient> client =
+      RendezvousClient::Create(target_, WithToken("another-token-0123456789", "/etc/tok"));
   absl::StatusOr<Assignment> joined = client->JoinSync(MakeJoin("job", "a"), kRpc);
   ASSERT_TRUE(absl::IsUnauthenticated(joined.status())) << joined.status();
   EXPECT_THAT(joined.status().message(),

@@ -4,13 +4,19 @@
 // attacker with it.
 //
 //   rdzv-call --target HOST:PORT [--token-file F | --token T | --authorization V]
-//             [--cacert CA [--cert C --key K]] [--timeout S] METHOD 'JSON request'
+//             [--cacert CA [--cert C --key K]] [--munge [--munge-socket PATH]]
+//             [--timeout S] METHOD 'JSON request'
 //
 // Plaintext unless --cacert is given (TLS, as an agent's rendezvous/tls.h).
+// --munge attaches a fresh munge credential of the caller's uid (and, for
+// Heartbeat and Watch, the uid claim an agent sends): run it as another
+// user (runuser -u nobody) to be that user.
 //
 // Prints each response (for Watch, each event) as one JSON line, then a last
 // line "CODE_NAME<TAB>message" (OK, UNAUTHENTICATED, ...). Exit status 0 iff
 // the call ended OK; 2 for a usage error.
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -24,6 +30,7 @@
 #include "absl/time/time.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/tls.h"
+#include "rendezvous/munge_credential.h"
 #include "rendezvous/token.h"
 
 namespace muster::rdzv {
@@ -88,7 +95,8 @@ int Unary(const std::string& json, grpc::ClientContext* context, Call call) {
 }
 
 int Main(int argc, char** argv) {
-  std::string target, token_file, token, authorization, method, json = "{}";
+  std::string target, token_file, token, authorization, munge_socket, method, json = "{}";
+  bool munge = false;
   TlsFiles tls;
   double timeout_s = 10;
   CLI::App app("rdzv-call: one rendezvous call, with any credential or none", "rdzv-call");
@@ -102,6 +110,9 @@ int Main(int argc, char** argv) {
   app.add_option("--cacert", tls.cacert, "speak TLS; check the server against this CA");
   app.add_option("--cert", tls.cert, "with --cacert: present this client certificate");
   app.add_option("--key", tls.key, "the key of --cert");
+  auto* munge_opt = app.add_flag("--munge", munge, "send a fresh munge credential of this uid");
+  app.add_option("--munge-socket", munge_socket, "munged's socket (default: libmunge's)")
+      ->needs(munge_opt);
   app.add_option("--timeout", timeout_s, "deadline of the call in seconds (a watch ends then)");
   app.add_option("method", method,
                  "Join, Watch, Heartbeat, ReportFailure, ReportDone, Leave or Status")
@@ -134,6 +145,12 @@ int Main(int argc, char** argv) {
     context.AddMetadata(std::string(kAuthorizationKey), absl::StrCat(kBearerPrefix, token));
   } else if (raw_opt->count() > 0) {
     context.AddMetadata(std::string(kAuthorizationKey), authorization);
+  }
+  if (munge) {
+    absl::StatusOr<std::string> credential = EncodeMungeCredential({munge_socket});
+    if (!credential.ok()) return Usage(std::string(credential.status().message()));
+    context.AddMetadata(std::string(kMungeMetadataKey), *credential);
+    context.AddMetadata(std::string(kUidMetadataKey), std::to_string(::getuid()));
   }
 
   Rendezvous::Stub* s = stub.get();
