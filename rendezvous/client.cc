@@ -176,8 +176,7 @@ class GrpcRendezvousClient::WatchStream final : public grpc::ClientReadReactor<W
 
 GrpcRendezvousClient::GrpcRendezvousClient(std::string target, const ClientOptions& options)
     : target_(std::move(target)), token_(options.token), token_file_(options.token_file),
-      tls_(options.tls),
-      munge_(options.munge) {
+      tls_(options.tls), munge_(options.munge) {
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!tls_.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> secure = ClientTlsCredentials(tls_);

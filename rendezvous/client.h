@@ -12,8 +12,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.pb.h"
-#include "rendezvous/tls_files.h"
 #include "rendezvous/munge_credential.h"
+#include "rendezvous/tls_files.h"
 
 namespace muster::rdzv {
 

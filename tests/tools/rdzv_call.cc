@@ -29,8 +29,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.grpc.pb.h"
-#include "rendezvous/tls.h"
 #include "rendezvous/munge_credential.h"
+#include "rendezvous/tls.h"
 #include "rendezvous/token.h"
 
 namespace muster::rdzv {
