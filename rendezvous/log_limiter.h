@@ -18,8 +18,9 @@ namespace muster::rdzv {
 // The most of a client's string a log line shows, in bytes.
 inline constexpr size_t kMaxLoggedClientBytes = 256;
 
-// A client's string as a log line may show it: cut to `max_bytes`, control
-// characters (a newline that would forge a line) shown as '?'.
+// A client's string as a log line or a message may show it: cut to
+// `max_bytes`, control characters (a newline that would forge a line) shown
+// as '?'.
 std::string ForLog(absl::string_view client_text, size_t max_bytes = kMaxLoggedClientBytes);
 
 class LogLimiter {

@@ -25,17 +25,6 @@ bool HasControlCharacter(absl::string_view text) {
   });
 }
 
-// Client text that goes into log lines and messages: cut, and control
-// characters (a newline that would forge a log line) shown as '?'.
-std::string CleanText(absl::string_view text, size_t max_bytes) {
-  std::string out = CutText(text, max_bytes);
-  for (char& c : out) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) c = '?';
-  }
-  return out;
-}
-
 std::string DescribeFailure(const Failure& failure) {
   std::string exit = failure.signal() != 0 ? absl::StrCat("signal ", failure.signal())
                                            : absl::StrCat("exit code ", failure.exit_code());
@@ -365,7 +354,7 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, absl::string_vie
   // A real traceback can be long: cut, never refused, or the report is lost.
   Failure failure = reported;
   failure.set_message(CutText(reported.message(), kMaxFailureMessageBytes));
-  failure.set_host(CleanText(reported.host(), kMaxHostLength));
+  failure.set_host(ForLog(reported.host(), kMaxHostLength));
   const std::string detail = DescribeFailure(failure);
   if (!job.done.empty()) {
     Close(job, false,
@@ -413,8 +402,8 @@ absl::Status RendezvousState::Leave(const NodeKey& key, absl::string_view secret
     return absl::IsFailedPrecondition(found.status()) ? absl::OkStatus() : found.status();
   }
   RemoveNode(**found, key.node_id,
-             absl::StrCat("left", reason.empty() ? "" : ": ", CleanText(reason, kMaxReasonBytes)),
-             now, effects);
+             absl::StrCat("left", reason.empty() ? "" : ": ", ForLog(reason, kMaxReasonBytes)), now,
+             effects);
   return absl::OkStatus();
 }
 

@@ -16,26 +16,13 @@
 namespace muster::rdzv {
 namespace {
 
-class MungeCredentialTest : public ::testing::Test {
+class MungeCredentialTest : public PrivateMungedTest {
  protected:
   void SetUp() override {
-    if (::access(kMunged, X_OK) != 0) GTEST_SKIP() << kMunged << " is not installed (munge)";
-    char pattern[] = "/tmp/muster-munge-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    ::chmod(dir_.c_str(), 0755);  // nobody reaches the socket below it
-    munged_ = std::make_unique<PrivateMunged>(dir_ + "/a");
-    ASSERT_TRUE(munged_->started()) << "munged did not start: " << munged_->error();
-    options_.socket = munged_->socket();
-  }
-  void TearDown() override {
-    munged_.reset();
-    std::error_code ignored;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+    PrivateMungedTest::SetUp();
+    if (Ready()) options_.socket = munged_->socket();
   }
 
-  std::string dir_;
-  std::unique_ptr<PrivateMunged> munged_;
   MungeOptions options_;
 };
 

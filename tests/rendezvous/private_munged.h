@@ -17,8 +17,11 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "absl/status/statusor.h"
 #include "rendezvous/munge_credential.h"
@@ -75,6 +78,31 @@ class PrivateMunged {
  private:
   std::string dir_;
   bool started_ = false;
+};
+
+// A fixture with a private munged in a temporary directory (dir_/m),
+// skipped where munged is not installed; both are gone after the test.
+class PrivateMungedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(kMunged, X_OK) != 0) GTEST_SKIP() << kMunged << " is not installed (munge)";
+    char pattern[] = "/tmp/muster-munge-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    ::chmod(dir_.c_str(), 0755);  // nobody reaches the socket below it
+    munged_ = std::make_unique<PrivateMunged>(dir_ + "/m");
+    ASSERT_TRUE(munged_->started()) << "munged did not start: " << munged_->error();
+  }
+  void TearDown() override {
+    munged_.reset();
+    std::error_code ignored;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+  }
+  // Whether SetUp got a munged running (else the test is skipped or failed).
+  bool Ready() const { return !IsSkipped() && !HasFatalFailure(); }
+
+  std::string dir_;
+  std::unique_ptr<PrivateMunged> munged_;
 };
 
 // Runs `make` in a child process that has dropped to `uid` and `gid` (the

@@ -20,6 +20,7 @@
 #include "rendezvous/protocol.h"
 #include "rendezvous/service.h"
 #include "tests/rendezvous/pending.h"
+#include "tests/rendezvous/requests.h"
 
 namespace muster::rdzv {
 namespace {
@@ -35,24 +36,6 @@ using ::testing::HasSubstr;
 
 constexpr char kToken[] = "s3cret-token-0123456789abcdef";
 constexpr absl::Duration kRpc = absl::Seconds(5);
-
-JoinRequest MakeJoin(const std::string& job, const std::string& node) {
-  JoinRequest request;
-  request.set_job_id(job);
-  request.set_protocol_version(kProtocolVersion);
-  JobConfig* config = request.mutable_config();
-  config->set_min_nodes(1);
-  config->set_max_nodes(1);
-  config->set_join_timeout_ms(60'000);
-  config->set_heartbeat_timeout_ms(60'000);
-  NodeInfo* info = request.mutable_node();
-  info->set_node_id(node);
-  info->set_host("host-" + node);
-  info->set_local_world_size(1);
-  info->set_node_rank_hint(-1);
-  info->set_master_port_candidate(29500);
-  return request;
-}
 
 // What an outsider puts on its call's `authorization` metadata.
 struct Credential {

@@ -30,6 +30,7 @@
 #include "rendezvous/service.h"
 #include "tests/rendezvous/pending.h"
 #include "tests/rendezvous/private_munged.h"
+#include "tests/rendezvous/requests.h"
 
 namespace muster::rdzv {
 namespace {
@@ -39,41 +40,15 @@ using ::testing::HasSubstr;
 constexpr absl::Duration kRpc = absl::Seconds(5);
 constexpr uid_t kNobody = 65534;
 
-JoinRequest MakeJoin(const std::string& job, const std::string& node, int nodes = 1) {
-  JoinRequest request;
-  request.set_job_id(job);
-  request.set_protocol_version(kProtocolVersion);
-  JobConfig* config = request.mutable_config();
-  config->set_min_nodes(nodes);
-  config->set_max_nodes(nodes);
-  config->set_join_timeout_ms(60'000);
-  config->set_heartbeat_timeout_ms(60'000);
-  NodeInfo* info = request.mutable_node();
-  info->set_node_id(node);
-  info->set_host("host-" + node);
-  info->set_local_world_size(1);
-  info->set_node_rank_hint(-1);
-  info->set_master_port_candidate(29500);
-  return request;
-}
-
-class MungeServiceTest : public ::testing::Test {
+class MungeServiceTest : public PrivateMungedTest {
  protected:
   void SetUp() override {
-    if (::access(kMunged, X_OK) != 0) GTEST_SKIP() << kMunged << " is not installed (munge)";
-    char pattern[] = "/tmp/muster-munge-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    ::chmod(dir_.c_str(), 0755);  // nobody reaches the socket below it
-    munged_ = std::make_unique<PrivateMunged>(dir_ + "/m");
-    ASSERT_TRUE(munged_->started()) << "munged did not start: " << munged_->error();
-    munge_.socket = munged_->socket();
+    PrivateMungedTest::SetUp();
+    if (Ready()) munge_.socket = munged_->socket();
   }
   void TearDown() override {
     server_.reset();
-    munged_.reset();
-    std::error_code ignored;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+    PrivateMungedTest::TearDown();
   }
 
   // A server as a hosting agent's (only_own_uid) or as musterd's (false).
@@ -147,8 +122,6 @@ class MungeServiceTest : public ::testing::Test {
     secret_a_ = joined->node_secret();
   }
 
-  std::string dir_;
-  std::unique_ptr<PrivateMunged> munged_;
   MungeOptions munge_;
   FakeClock clock_;  // outlives server_, whose hub reads it
   std::unique_ptr<RendezvousServer> server_;

@@ -20,6 +20,7 @@
 #include "rendezvous/client.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/service.h"
+#include "tests/rendezvous/requests.h"
 #include "tests/rendezvous/test_certificates.h"
 
 namespace muster::rdzv {
@@ -30,24 +31,6 @@ using ::testing::Not;
 
 constexpr char kToken[] = "s3cret-token-0123456789abcdef";
 constexpr absl::Duration kRpc = absl::Seconds(5);
-
-JoinRequest OneNodeJoin(const std::string& job) {
-  JoinRequest request;
-  request.set_job_id(job);
-  request.set_protocol_version(kProtocolVersion);
-  JobConfig* config = request.mutable_config();
-  config->set_min_nodes(1);
-  config->set_max_nodes(1);
-  config->set_join_timeout_ms(60'000);
-  config->set_heartbeat_timeout_ms(60'000);
-  NodeInfo* info = request.mutable_node();
-  info->set_node_id("a");
-  info->set_host("host-a");
-  info->set_local_world_size(1);
-  info->set_node_rank_hint(-1);
-  info->set_master_port_candidate(29500);
-  return request;
-}
 
 StatusRequest StatusOf(const std::string& job) {
   StatusRequest request;
@@ -100,7 +83,8 @@ class ServiceTlsTest : public ::testing::Test {
 
 TEST_F(ServiceTlsTest, AJobFormsOverMutualTls) {
   Serve(/*mutual=*/true);
-  absl::StatusOr<Assignment> joined = Client(ClientCertificate())->JoinSync(OneNodeJoin("j"), kRpc);
+  absl::StatusOr<Assignment> joined =
+      Client(ClientCertificate())->JoinSync(MakeJoin("j", "a"), kRpc);
   ASSERT_TRUE(joined.ok()) << joined.status();
   EXPECT_EQ(joined->world_size(), 1);
 }
@@ -108,7 +92,7 @@ TEST_F(ServiceTlsTest, AJobFormsOverMutualTls) {
 TEST_F(ServiceTlsTest, AJobFormsWhenOnlyTheServerHasACertificate) {
   Serve(/*mutual=*/false);
   absl::StatusOr<Assignment> joined =
-      Client({File("ca.pem"), "", ""})->JoinSync(OneNodeJoin("j"), kRpc);
+      Client({File("ca.pem"), "", ""})->JoinSync(MakeJoin("j", "a"), kRpc);
   ASSERT_TRUE(joined.ok()) << joined.status();
 }
 
@@ -129,7 +113,7 @@ TEST_F(ServiceTlsTest, PlaintextClientsAreRefusedBeforeAnyCall) {
   context.set_deadline(absl::ToChronoTime(absl::Now() + kRpc));
   context.AddMetadata("authorization", std::string("Bearer ") + kToken);
   JoinResponse response;
-  grpc::Status joined = stub->Join(&context, OneNodeJoin("j"), &response);
+  grpc::Status joined = stub->Join(&context, MakeJoin("j", "a"), &response);
   EXPECT_EQ(joined.error_code(), grpc::StatusCode::UNAVAILABLE) << joined.error_message();
   EXPECT_EQ(server_->hub()->Status("j").status().code(), absl::StatusCode::kNotFound)
       << "the refused join opened a job";
@@ -177,7 +161,7 @@ TEST_F(ServiceTlsTest, UnusableFilesFailEveryCallAndNeverFallBackToPlaintext) {
   const absl::Status status = client->StatusSync(StatusOf("j"), kRpc).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(status.message(), HasSubstr("cert and key together"));
-  EXPECT_EQ(client->JoinSync(OneNodeJoin("j"), kRpc).status().code(),
+  EXPECT_EQ(client->JoinSync(MakeJoin("j", "a"), kRpc).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
