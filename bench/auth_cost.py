@@ -130,6 +130,8 @@ def main():
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--agents", type=int, default=16)
     parser.add_argument("--joins", type=int, default=10000)
+    parser.add_argument("--log-dir", default="/tmp/muster-auth-cost",
+                        help="where the agents of the latest restart run log, per mode")
     args = parser.parse_args()
     modes = args.modes.split(",")
     if modes[0] != "none":
@@ -141,8 +143,12 @@ def main():
             directory = os.path.join(d, mode)
             os.makedirs(directory)
             conf, musterd_flags, flood_flags = mode_setup(mode, directory)
-            restart = median(multinode.restart_run("muster", args.muster, conf=conf)[0]
-                             for _ in range(args.runs))
+            # The agents' logs of the latest run stay in --log-dir, to read if one hangs.
+            log_dir = os.path.join(args.log_dir, mode)
+            os.makedirs(log_dir, exist_ok=True)
+            restart = median(
+                multinode.restart_run("muster", args.muster, conf=conf, log_dir=log_dir)[0]
+                for _ in range(args.runs))
             start = median(multinode.startup("muster", args.muster, args.agents, conf=conf)
                            for _ in range(args.runs))
             server = Musterd(args.musterd, musterd_flags, directory)

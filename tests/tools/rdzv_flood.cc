@@ -9,7 +9,7 @@
 //   rdzv-flood --target HOST:PORT [--token-file F] --jobs N [--prefix P]
 //              [--join-timeout-ms MS] [--timeout S] [--min-nodes 1|2]
 //              [--connections C] [--per-connection K] [--expect CODE]
-//              [--host-bytes B]
+//              [--host-bytes B] [--cacert CA [--cert C --key K]]
 //
 // Prints one line per status code seen, "CODE<TAB>count<TAB>first message"
 // (CODE as gRPC numbers it: 0 OK, 8 RESOURCE_EXHAUSTED), then
@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/protocol.h"
+#include "rendezvous/tls.h"
 #include "rendezvous/token.h"
 
 namespace muster::rdzv {
@@ -44,6 +45,10 @@ int Main(int argc, char** argv) {
   CLI::App app("rdzv-flood: many one-node junk jobs, one Join each", "rdzv-flood");
   app.add_option("--target", target, "HOST:PORT of the rendezvous")->required();
   app.add_option("--token-file", token_file, "send the token in this file");
+  TlsFiles tls;
+  app.add_option("--cacert", tls.cacert, "speak TLS; check the server against this CA");
+  app.add_option("--cert", tls.cert, "with --cacert: present this client certificate");
+  app.add_option("--key", tls.key, "the key of --cert");
   app.add_option("--jobs", jobs, "how many jobs")->required()->check(CLI::Range(1, 1'000'000));
   app.add_option("--prefix", prefix, "job ids are PREFIX-0, PREFIX-1, ...");
   app.add_option("--join-timeout-ms", join_timeout_ms, "each job's join_timeout_ms");
@@ -102,12 +107,21 @@ int Main(int argc, char** argv) {
     std::unique_ptr<grpc::ClientAsyncResponseReader<JoinResponse>> reader;
     int connection = 0;
   };
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!tls.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> secure = ClientTlsCredentials(tls);
+    if (!secure.ok()) {
+      std::fprintf(stderr, "rdzv-flood: error: %s\n",
+                   std::string(secure.status().message()).c_str());
+      return 2;
+    }
+    credentials = *std::move(secure);
+  }
   std::vector<std::unique_ptr<Rendezvous::Stub>> stubs;
   for (int c = 0; c < connections; ++c) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
-    stubs.push_back(Rendezvous::NewStub(
-        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args)));
+    stubs.push_back(Rendezvous::NewStub(grpc::CreateCustomChannel(target, credentials, args)));
   }
   std::vector<int> in_flight(connections, 0);
   grpc::CompletionQueue queue;
