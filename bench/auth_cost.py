@@ -3,12 +3,12 @@
 under junk jobs.
 
   bench/auth_cost.py [--muster PATH] [--musterd PATH] [--flood PATH]
-                     [--modes none,token,tls] [--runs 5] [--agents 16] [--joins 10000]
+                     [--modes none,token,tls,munge] [--runs 5] [--agents 16] [--joins 10000]
 
 For each mode (none: no credential; token: --rdzv-conf token_file= and
 musterd --token-file; tls: the token over TLS, certificates made here with
-openssl; munge: Slurm's munge, where a munged answers on its default
-socket):
+openssl; munge: Slurm's munge, against a munged of its own key that this
+starts (as root) and stops; agents with auth=munge, musterd --munge):
   - restart latency, 2 agents on loopback, the agent that hosts the
     rendezvous serving in that mode (bench/multinode.py's measure);
   - start-up of --agents agents until every worker runs (the same);
@@ -58,12 +58,46 @@ def certificates(directory):
     return {name: os.path.join(directory, name) for name in ("ca.pem", "server.pem", "server.key")}
 
 
+def private_munged(directory):
+    """Starts a munged of its own key on DIRECTORY/munge.sock (as root, as the
+    tests do); stop_munged() ends it. Returns the socket."""
+    key = os.path.join(directory, "munge.key")
+    with open(key, "wb") as f:
+        f.write(os.urandom(1024))
+    os.chmod(key, 0o400)
+    socket = os.path.join(directory, "munge.sock")
+    subprocess.run(["/usr/sbin/munged", f"--key-file={key}", f"--socket={socket}",
+                    f"--pid-file={directory}/munged.pid", f"--log-file={directory}/munged.log",
+                    f"--seed-file={directory}/munged.seed", "--force"], check=True)
+    pid_file = os.path.join(directory, "munged.pid")
+    for _ in range(500):
+        if os.path.exists(socket) and os.path.exists(pid_file):
+            break
+        time.sleep(0.01)
+    with open(pid_file) as f:
+        MUNGEDS.append(int(f.read().strip()))
+    return socket
+
+
+MUNGEDS = []  # pids of the munged this started
+
+
+def stop_munged():
+    while MUNGEDS:
+        try:
+            os.kill(MUNGEDS.pop(), 15)
+        except OSError:
+            pass
+
+
 def mode_setup(mode, directory):
     """(agents' --rdzv-conf, musterd's flags, rdzv-flood's flags) for a mode."""
     if mode == "none":
         return "", [], []
     if mode == "munge":
-        return "auth=munge", ["--munge"], ["--munge"]
+        socket = private_munged(directory)
+        return (f"auth=munge,munge_socket={socket}", ["--munge", "--munge-socket", socket],
+                ["--munge", "--munge-socket", socket])
     token = token_file(directory)
     if mode == "token":
         return f"token_file={token}", ["--token-file", token], ["--token-file", token]
@@ -126,7 +160,7 @@ def main():
     parser.add_argument("--musterd", default=os.path.join(ROOT, "build", "rendezvous", "musterd"))
     parser.add_argument("--flood",
                         default=os.path.join(ROOT, "build", "tests", "tools", "rdzv-flood"))
-    parser.add_argument("--modes", default="none,token,tls")
+    parser.add_argument("--modes", default="none,token,tls,munge")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--agents", type=int, default=16)
     parser.add_argument("--joins", type=int, default=10000)
@@ -189,4 +223,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        stop_munged()

@@ -10,6 +10,7 @@
 //              [--join-timeout-ms MS] [--timeout S] [--min-nodes 1|2]
 //              [--connections C] [--per-connection K] [--expect CODE]
 //              [--host-bytes B] [--cacert CA [--cert C --key K]]
+//              [--munge [--munge-socket PATH]]
 //
 // Prints one line per status code seen, "CODE<TAB>count<TAB>first message"
 // (CODE as gRPC numbers it: 0 OK, 8 RESOURCE_EXHAUSTED), then
@@ -17,6 +18,7 @@
 // default); 2 for a usage error.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,6 +31,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/munge_credential.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/tls.h"
 #include "rendezvous/token.h"
@@ -46,6 +49,11 @@ int Main(int argc, char** argv) {
   app.add_option("--target", target, "HOST:PORT of the rendezvous")->required();
   app.add_option("--token-file", token_file, "send the token in this file");
   TlsFiles tls;
+  bool munge = false;
+  std::string munge_socket;
+  auto* munge_opt = app.add_flag("--munge", munge, "send a fresh munge credential with each join");
+  app.add_option("--munge-socket", munge_socket, "munged's socket (default: libmunge's)")
+      ->needs(munge_opt);
   app.add_option("--cacert", tls.cacert, "speak TLS; check the server against this CA");
   app.add_option("--cert", tls.cert, "with --cacert: present this client certificate");
   app.add_option("--key", tls.key, "the key of --cert");
@@ -141,6 +149,17 @@ int Main(int argc, char** argv) {
       if (!token.empty()) {
         call->context.AddMetadata(std::string(kAuthorizationKey),
                                   absl::StrCat(kBearerPrefix, token));
+      }
+      if (munge) {
+        absl::StatusOr<std::string> credential = EncodeMungeCredential({munge_socket});
+        if (!credential.ok()) {
+          // Calls are in flight: no unwinding through the queue that holds them.
+          std::fprintf(stderr, "rdzv-flood: error: %s\n",
+                       std::string(credential.status().message()).c_str());
+          std::fflush(stderr);
+          std::_Exit(2);
+        }
+        call->context.AddMetadata(std::string(kMungeMetadataKey), *credential);
       }
       call->reader = stubs[next_connection]->AsyncJoin(&call->context, request, &queue);
       call->reader->Finish(&call->response, &call->status, call);
