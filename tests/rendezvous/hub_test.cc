@@ -220,9 +220,11 @@ TEST_F(HubTest, WatchWithoutTheNodesSecretIsRefusedAndLeavesTheNodesOwnWatchOpen
   report.set_round(0);
   report.set_node_secret(b.Wait()->node_secret());
   ASSERT_TRUE(hub_.ReportFailure(report).ok());
+  EXPECT_THAT(stolen, IsEmpty());
+  // The node's own watch is still open: end it while own_end is alive.
+  hub_.Shutdown();
   ASSERT_THAT(own, SizeIs(1));
   EXPECT_EQ(own[0].round_changed().reason(), RoundChanged::WORKER_FAILED);
-  EXPECT_THAT(stolen, IsEmpty());
 }
 
 TEST_F(HubTest, CancelledJoinsLeaveNoJobBehindPastMaxJoinTimeout) {
