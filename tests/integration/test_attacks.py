@@ -20,7 +20,9 @@ class AttackTest(TrustTest):
         """An agent of JOB (2 nodes) whose workers record their environment, then wait for
         outdir/go; rank 1 of the first attempt exits 1 once outdir/fail exists."""
         os.makedirs(outdir, exist_ok=True)
-        script = (f"env > {outdir}/env.$RANK.$TORCHELASTIC_RESTART_COUNT; i=0; "
+        # Written whole, then renamed: a record is never read half written.
+        record = f"{outdir}/env.$RANK.$TORCHELASTIC_RESTART_COUNT"
+        script = (f"env > {record}.tmp && mv {record}.tmp {record}; i=0; "
                   f"while [ ! -e {outdir}/go ] && [ $i -lt 600 ]; do "
                   f"if [ -e {outdir}/fail ] && [ $RANK = 1 ] && "
                   f"[ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 1; fi; "

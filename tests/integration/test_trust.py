@@ -30,7 +30,9 @@ class TrustTest(MusterdTest):
     def agent(self, name, endpoint, outdir, *conf, nnodes="2", job=JOB, **extra_env):
         """An agent whose workers record their environment, then wait for outdir/go."""
         os.makedirs(outdir, exist_ok=True)
-        script = (f"env > {outdir}/env.$RANK.$TORCHELASTIC_RESTART_COUNT; i=0; "
+        # Written whole, then renamed: a record is never read half written.
+        record = f"{outdir}/env.$RANK.$TORCHELASTIC_RESTART_COUNT"
+        script = (f"env > {record}.tmp && mv {record}.tmp {record}; i=0; "
                   f"while [ ! -e {outdir}/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); "
                   f"done; [ -e {outdir}/go ]")
         return self.spawn(name, [
@@ -51,7 +53,7 @@ class TrustTest(MusterdTest):
     def records(self, outdir):
         """{(rank, restart): environment} of every worker start so far."""
         out = {}
-        for path in glob.glob(f"{outdir}/env.*.*"):
+        for path in glob.glob(f"{outdir}/env.*.*[0-9]"):  # not the .tmp being written
             _, rank, restart = os.path.basename(path).split(".")
             out[(int(rank), int(restart))] = read_env(path)
         return out
