@@ -123,7 +123,7 @@ class Agent::Impl {
   absl::Status SetUp();
   // Carries out the actions, in order.
   void Do(Actions actions);
-  void Do(const action::Join&);
+  void Do(const action::Join& join);
   void Do(const action::StartWorkers& start);
   void Do(const action::SignalWorkers& signal);
   void Do(const action::ReportFailure& report);
@@ -258,7 +258,7 @@ void Agent::Impl::Do(Actions actions) {
   }
 }
 
-void Agent::Impl::Do(const action::Join&) {
+void Agent::Impl::Do(const action::Join& join) {
   rdzv::JoinRequest request;
   request.set_job_id(config_.rdzv_id);
   rdzv::JobConfig* job = request.mutable_config();
@@ -279,7 +279,7 @@ void Agent::Impl::Do(const action::Join&) {
   request.set_node_secret(node_secret_);  // empty on the first join
   request.set_protocol_version(rdzv::kProtocolVersion);
   logger_->debug("joining job '{}' at {} as node {}", config_.rdzv_id, client_->target(), node_id_);
-  client_->Join(request, absl::FromChrono(config_.rdzv_conf.join_timeout) + kJoinSlack,
+  client_->Join(request, join.timeout + kJoinSlack,
                 [this](absl::StatusOr<rdzv::Assignment> assignment) {
                   loop_->Post([this, assignment = std::move(assignment)]() mutable {
                     // The server's word for this node from now on, whatever

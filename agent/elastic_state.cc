@@ -16,6 +16,8 @@ namespace {
 using Level = action::Log::Level;
 
 constexpr absl::Duration kWatchRetry = absl::Seconds(1);
+// How soon a join or a report the rendezvous did not answer is sent again.
+constexpr absl::Duration kCallRetry = absl::Seconds(1);
 constexpr absl::Duration kProgressInterval = absl::Seconds(5);
 constexpr absl::Duration kFirstProgress = absl::Seconds(2);
 
@@ -24,6 +26,11 @@ bool IsStopSignal(int sig) {
 }
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToDoubleSeconds(d)); }
+
+// Whole seconds, rounded up: for "N s left".
+int64_t SecondsLeft(absl::Duration d) {
+  return std::max<int64_t>(0, absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1))));
+}
 
 void Log(Actions* out, Level level, std::string text) {
   out->push_back(action::Log{level, std::move(text)});
@@ -42,7 +49,66 @@ Actions ElasticState::Start(absl::Time now) {
 void ElasticState::StartJoin(absl::Time now, Actions* out) {
   phase_ = AgentPhase::kJoining;
   progress_at_ = now + kFirstProgress;
-  out->push_back(action::Join{});
+  join_started_ = now;
+  join_retry_at_.reset();
+  // Reports of a round this node has left behind are not wanted any more.
+  unreported_failure_.reset();
+  unreported_done_.reset();
+  report_retry_at_.reset();
+  SendJoin(now, out);
+}
+
+void ElasticState::SendJoin(absl::Time now, Actions* out) {
+  out->push_back(
+      action::Join{std::max(absl::ZeroDuration(), *join_started_ + options_.join_timeout - now)});
+}
+
+bool ElasticState::IsUnanswered(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+std::string ElasticState::Meanwhile(absl::Time now) const {
+  switch (phase_) {
+    case AgentPhase::kRunning:
+      return absl::StrCat("this node's ", live_,
+                          " worker(s) keep running, and it waits for the rendezvous to come back");
+    case AgentPhase::kJoining:
+      return absl::StrCat("the join is retried until join_timeout (",
+                          SecondsLeft(*join_started_ + options_.join_timeout - now), " s left)");
+    case AgentPhase::kStopping:
+      if (unreported_failure_) {
+        return absl::StrCat("the failure report is retried until join_timeout (",
+                            SecondsLeft(report_deadline_ - now), " s left)");
+      }
+      return "this node waits for it to decide the next round";
+    case AgentPhase::kFinishing:
+      if (unreported_done_) {
+        return absl::StrCat("the report that this node finished is retried until join_timeout (",
+                            SecondsLeft(report_deadline_ - now), " s left)");
+      }
+      return "this node waits for it to close the job";
+    case AgentPhase::kIdle:
+    case AgentPhase::kExiting: break;
+  }
+  return "";
+}
+
+void ElasticState::NoteUnreachable(const absl::Status& status, absl::Time now, Actions* out) {
+  if (unreachable_since_) return;
+  unreachable_since_ = now;
+  Log(out, Level::kWarn,
+      absl::StrCat("the rendezvous at ", options_.rdzv_target, " does not answer (",
+                   status.message(), "); ", Meanwhile(now)));
+}
+
+void ElasticState::NoteReachable(absl::Time now, Actions* out) {
+  if (!unreachable_since_) return;
+  heartbeat_failures_ = 0;  // what failed before is not "in a row" any more
+  Log(out, Level::kInfo,
+      absl::StrCat("the rendezvous at ", options_.rdzv_target, " answers again, after ",
+                   absl::StrFormat("%.1f", absl::ToDoubleSeconds(now - *unreachable_since_)),
+                   " s away"));
+  unreachable_since_.reset();
 }
 
 void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::Time now,
@@ -53,6 +119,12 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
     if (absl::IsUnauthenticated(status)) {
       // The client's message names the rendezvous and the token file.
       ExitFailed(std::string(status.message()), out);
+    } else if (IsUnanswered(status) && !options_.hosts_rendezvous && (!in_job_ || RidesOut()) &&
+               now + kCallRetry < *join_started_ + options_.join_timeout) {
+      // The rendezvous went away during the join (a musterd that restarts),
+      // or is not up yet: it may answer before join_timeout.
+      join_retry_at_ = now + kCallRetry;
+      NoteUnreachable(status, now, out);
     } else if (!in_job_ && (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) &&
                !options_.hosts_rendezvous) {
       ExitFailed(absl::StrCat("no rendezvous answered at ", options_.rdzv_target,
@@ -68,6 +140,9 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
     return;
   }
   progress_at_.reset();
+  join_started_.reset();
+  NoteReachable(now, out);
+  ride_out_ = assignment->ride_out_outages();
   round_ = assignment->round();
   if (!in_job_) {
     in_job_ = true;
@@ -110,7 +185,9 @@ Actions ElasticState::OnWorkersStarted(int started, std::optional<WorkerFailure>
 
 void ElasticState::ReportFailureAndStop(const WorkerFailure& failure, absl::Time now,
                                         Actions* out) {
-  out->push_back(action::ReportFailure{round_, failure});
+  unreported_failure_ = action::ReportFailure{round_, failure};
+  report_deadline_ = now + options_.join_timeout;
+  out->push_back(*unreported_failure_);
   after_stop_ = AfterStop::kAwaitDecision;
   StopWorkers(SIGTERM, now, out);
 }
@@ -157,6 +234,8 @@ Actions ElasticState::OnWorkerExit(const ExitStatus& status, const WorkerFailure
     }
     if (live_ == 0) {
       phase_ = AgentPhase::kFinishing;
+      unreported_done_ = round_;
+      report_deadline_ = now + options_.join_timeout;
       out.push_back(action::ReportDone{round_});
     }
     return out;
@@ -216,6 +295,7 @@ Actions ElasticState::OnRdzv(RdzvEvent event, absl::Time now) {
       if (pushed->generation == watch_generation_) {
         watch_started_ = true;
         heartbeat_failures_ = 0;  // the server answered: failures so far are not in a row
+        NoteReachable(now, &out);
       }
     } else {
       OnPushed(pushed->event, now, &out);
@@ -225,7 +305,7 @@ Actions ElasticState::OnRdzv(RdzvEvent event, absl::Time now) {
   } else if (auto* reported = std::get_if<rdzv_event::FailureReported>(&event)) {
     OnFailureReported(reported->status, now, &out);
   } else if (auto* done = std::get_if<rdzv_event::DoneReported>(&event)) {
-    OnDoneReported(done->status, &out);
+    OnDoneReported(done->status, now, &out);
   } else if (auto* beat = std::get_if<rdzv_event::HeartbeatAnswered>(&event)) {
     OnHeartbeat(beat->round, now, &out);
   } else if (auto* job = std::get_if<rdzv_event::JobStatusAnswered>(&event)) {
@@ -253,16 +333,32 @@ void ElasticState::OnWatchEnded(const rdzv_event::WatchEnded& ended, absl::Time 
   }
   if (!closed_ && !ended.status.ok() && !absl::IsCancelled(ended.status) &&
       !absl::IsAborted(ended.status)) {
-    // Heartbeats say whether the rendezvous is gone for good; the watch just retries.
-    Log(out, Level::kDebug,
-        absl::StrCat("lost the rendezvous watch stream (", ended.status.message(),
-                     "); reconnecting"));
+    if (RidesOut() && IsUnanswered(ended.status)) {
+      NoteUnreachable(ended.status, now, out);
+    } else {
+      // Heartbeats say whether the rendezvous is gone for good; the watch just retries.
+      Log(out, Level::kDebug,
+          absl::StrCat("lost the rendezvous watch stream (", ended.status.message(),
+                       "); reconnecting"));
+    }
     watch_retry_at_ = now + kWatchRetry;
   }
 }
 
 void ElasticState::OnFailureReported(const absl::Status& status, absl::Time now, Actions* out) {
-  if (status.ok()) return;
+  if (!unreported_failure_) return;  // of a round this node has left behind
+  if (status.ok()) {
+    unreported_failure_.reset();
+    NoteReachable(now, out);
+    return;
+  }
+  if (IsUnanswered(status) && RidesOut() && now + kCallRetry < report_deadline_) {
+    // Reported when the rendezvous comes back: the job must learn of it.
+    report_retry_at_ = now + kCallRetry;
+    NoteUnreachable(status, now, out);
+    return;
+  }
+  unreported_failure_.reset();
   Log(out, Level::kError,
       absl::StrCat("could not report the failure to the rendezvous at ", options_.rdzv_target, ": ",
                    status.message()));
@@ -272,9 +368,16 @@ void ElasticState::OnFailureReported(const absl::Status& status, absl::Time now,
   }
 }
 
-void ElasticState::OnDoneReported(const absl::Status& status, Actions* out) {
-  if (phase_ != AgentPhase::kFinishing) return;
+void ElasticState::OnDoneReported(const absl::Status& status, absl::Time now, Actions* out) {
+  if (phase_ != AgentPhase::kFinishing || !unreported_done_) return;
+  if (IsUnanswered(status) && RidesOut() && now + kCallRetry < report_deadline_) {
+    report_retry_at_ = now + kCallRetry;
+    NoteUnreachable(status, now, out);
+    return;
+  }
+  unreported_done_.reset();
   if (status.ok()) {
+    NoteReachable(now, out);
     // A host stays until the job closes: the other nodes still need it.
     if (!options_.hosts_rendezvous) Finish(kExitSuccess, out);
   } else if (absl::IsAborted(status)) {
@@ -332,8 +435,12 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
   }
   const bool answered =
       status.ok() || absl::IsNotFound(status) || absl::IsFailedPrecondition(status);
+  // Dropped by a rendezvous that was away: it came back without the job.
+  const bool forgotten = absl::IsNotFound(status) && unreachable_since_.has_value();
   if (answered) {
-    if (heartbeat_failures_ > 0) {
+    if (unreachable_since_) {
+      NoteReachable(now, out);
+    } else if (heartbeat_failures_ > 0) {
       Log(out, Level::kInfo,
           absl::StrCat("the rendezvous at ", options_.rdzv_target, " answers again"));
     }
@@ -354,8 +461,12 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
       // The rendezvous dropped this node (it was silent too long): these
       // workers are no longer part of the job.
       Log(out, Level::kWarn,
-          absl::StrCat("the rendezvous dropped this node (", status.message(),
-                       "); stopping the workers and rejoining"));
+          forgotten ? absl::StrCat("the rendezvous at ", options_.rdzv_target,
+                                   " came back without this job (", status.message(),
+                                   "; a musterd restarted without --state-dir forgets its jobs); "
+                                   "stopping the workers and rejoining")
+                    : absl::StrCat("the rendezvous dropped this node (", status.message(),
+                                   "); stopping the workers and rejoining"));
       after_stop_ = AfterStop::kRejoin;
       StopWorkers(SIGTERM, now, out);
     }
@@ -370,6 +481,11 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
     return;
   }
   ++heartbeat_failures_;
+  if (RidesOut()) {
+    // Nothing needs the rendezvous now: its outage is waited out.
+    NoteUnreachable(status, now, out);
+    return;
+  }
   if (heartbeat_failures_ == 1) {
     Log(out, Level::kWarn,
         absl::StrCat("heartbeat to the rendezvous at ", options_.rdzv_target,
@@ -387,6 +503,8 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
 void ElasticState::GiveUp(const std::string& why, absl::Time now, Actions* out) {
   heartbeat_at_.reset();
   watch_retry_at_.reset();
+  join_retry_at_.reset();
+  report_retry_at_.reset();
   if (phase_ == AgentPhase::kRunning || phase_ == AgentPhase::kStopping) {
     Log(out, Level::kError, absl::StrCat(why, "; stopping the workers"));
     rdzv::JobClosed closed;
@@ -458,13 +576,26 @@ Actions ElasticState::OnTimer(absl::Time now) {
     watch_retry_at_.reset();
     OpenWatch(&out);
   }
+  if (join_retry_at_ && now >= *join_retry_at_) {
+    join_retry_at_.reset();
+    if (phase_ == AgentPhase::kJoining) SendJoin(now, &out);
+  }
+  if (report_retry_at_ && now >= *report_retry_at_) {
+    report_retry_at_.reset();
+    if (unreported_failure_) {
+      out.push_back(*unreported_failure_);
+    } else if (unreported_done_ && phase_ == AgentPhase::kFinishing) {
+      out.push_back(action::ReportDone{*unreported_done_});
+    }
+  }
   return out;
 }
 
 std::optional<absl::Time> ElasticState::NextDeadline() const {
   if (phase_ == AgentPhase::kExiting) return std::nullopt;
   std::optional<absl::Time> next;
-  for (const auto& t : {kill_at_, heartbeat_at_, watch_retry_at_, progress_at_}) {
+  for (const auto& t :
+       {kill_at_, heartbeat_at_, watch_retry_at_, progress_at_, join_retry_at_, report_retry_at_}) {
     if (t && (!next || *t < *next)) next = t;
   }
   return next;

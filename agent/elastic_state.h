@@ -82,8 +82,11 @@ using RdzvEvent = std::variant<rdzv_event::Joined, rdzv_event::Pushed, rdzv_even
 
 // What the rules ask of the edges.
 namespace action {
-// Join the job's rendezvous; the answer comes back as rdzv_event::Joined.
-struct Join {};
+// Join the job's rendezvous, waiting at most `timeout` (what is left of
+// join_timeout); the answer comes back as rdzv_event::Joined.
+struct Join {
+  absl::Duration timeout = absl::InfiniteDuration();
+};
 // Start this node's workers for `assignment`, attempt number `attempt`
 // (0, 1, ...); then call ElasticState::OnWorkersStarted.
 struct StartWorkers {
@@ -170,6 +173,21 @@ class ElasticState {
 
  private:
   void StartJoin(absl::Time now, Actions* out);
+  // Sends the Join of the join that began at join_started_.
+  void SendJoin(absl::Time now, Actions* out);
+  // Whether this node waits out an outage of the rendezvous: it runs apart
+  // from the job's nodes (the assignment says so), and this node is not
+  // the one that hosts it.
+  bool RidesOut() const { return ride_out_ && !options_.hosts_rendezvous; }
+  // A call to the rendezvous went unanswered (`status`): says so, and what
+  // this node does meanwhile, once per outage.
+  void NoteUnreachable(const absl::Status& status, absl::Time now, Actions* out);
+  // What this node does while the rendezvous is away, in its phase.
+  std::string Meanwhile(absl::Time now) const;
+  // The rendezvous answered: ends an outage, saying so.
+  void NoteReachable(absl::Time now, Actions* out);
+  // Whether `status` is the rendezvous not answering (rather than refusing).
+  static bool IsUnanswered(const absl::Status& status);
   void OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::Time now, Actions* out);
   void ReportFailureAndStop(const WorkerFailure& failure, absl::Time now, Actions* out);
   void StopWorkers(int sig, absl::Time now, Actions* out);
@@ -178,7 +196,7 @@ class ElasticState {
   void OnRoundChanged(const rdzv::RoundChanged& changed, absl::Time now, Actions* out);
   void OnWatchEnded(const rdzv_event::WatchEnded& ended, absl::Time now, Actions* out);
   void OnFailureReported(const absl::Status& status, absl::Time now, Actions* out);
-  void OnDoneReported(const absl::Status& status, Actions* out);
+  void OnDoneReported(const absl::Status& status, absl::Time now, Actions* out);
   void OnHeartbeat(const absl::StatusOr<int64_t>& round, absl::Time now, Actions* out);
   void OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Actions* out);
   void OpenWatch(Actions* out);
@@ -205,11 +223,23 @@ class ElasticState {
   int attempts_ = 0;
   int live_ = 0;
   int heartbeat_failures_ = 0;  // in a row
+  // From the latest assignment: the rendezvous runs apart from the nodes.
+  bool ride_out_ = false;
+  // Since when the rendezvous has not answered; unset while it does.
+  std::optional<absl::Time> unreachable_since_;
+  // When the join under way began: its retries end at join_timeout from it.
+  std::optional<absl::Time> join_started_;
+  // The failure report (or done report) under way, resent while the
+  // rendezvous is away, until its deadline (join_timeout after the first).
+  std::optional<action::ReportFailure> unreported_failure_;
+  std::optional<int64_t> unreported_done_;
+  absl::Time report_deadline_;
   std::optional<rdzv::JobClosed> closed_;
   std::vector<WorkerFailure> failures_;  // of the latest failed attempt
   std::string leave_why_;                // AfterStop::kExitLeave: what this node lacks
 
-  std::optional<absl::Time> kill_at_, heartbeat_at_, watch_retry_at_, progress_at_;
+  std::optional<absl::Time> kill_at_, heartbeat_at_, watch_retry_at_, progress_at_, join_retry_at_,
+      report_retry_at_;
 };
 
 // One line for the progress report while a node waits for its round: who is

@@ -1,6 +1,9 @@
 #include "rendezvous/hub.h"
 
+#include <algorithm>
+
 #include "common/log.h"
+#include "common/status.h"
 #include "rendezvous/node_secret.h"
 
 namespace muster::rdzv {
@@ -14,31 +17,92 @@ absl::Status Unavailable() {
   return absl::UnavailableError("the rendezvous server is shutting down");
 }
 
+// What a pending join or watch is told when the server stops.
+absl::Status Stopped(RendezvousHub::Jobs jobs) {
+  if (jobs == RendezvousHub::Jobs::kKept) {
+    return absl::UnavailableError(
+        "the rendezvous server is restarting and keeps this job (musterd --state-dir); call "
+        "again");
+  }
+  return absl::FailedPreconditionError(
+      "the rendezvous server is shutting down and keeps no state: this job is lost with it");
+}
+
+StateOptions WithJournal(StateOptions state, bool journal) {
+  state.journal = journal;
+  return state;
+}
+
 }  // namespace
 
-RendezvousHub::RendezvousHub(HubOptions options) : clock_(*options.clock), state_(options.state) {
+RendezvousHub::RendezvousHub(HubOptions options)
+    : clock_(*options.clock), journal_(std::move(options.journal)),
+      on_journal_failure_(std::move(options.on_journal_failure)),
+      state_(WithJournal(options.state, journal_ != nullptr)) {
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_.Now();
+    for (const JournalRecord& record : options.restore) {
+      if (absl::Status restored = state_.Restore(record, now); !restored.ok()) {
+        Logger("rdzv")->warn("state: {}; that record is skipped", restored.message());
+      }
+    }
+  }
   // Started in the body, once every member exists: the loop reads them.
   if (options.timer_thread) timer_ = std::thread([this] { TimerLoop(); });
 }
 
 RendezvousHub::~RendezvousHub() { Shutdown(); }
 
-void RendezvousHub::Shutdown() {
+void RendezvousHub::Shutdown(Jobs jobs) {
   Deliveries deliveries;
   {
     absl::MutexLock lock(&mu_);
     if (!shutting_down_) {
       shutting_down_ = true;
       for (auto& [key, join] : joins_)
-        deliveries.joins.emplace_back(std::move(join.done), Unavailable());
+        deliveries.joins.emplace_back(std::move(join.done), Stopped(jobs));
       joins_.clear();
       for (auto& [key, watch] : watches_)
-        deliveries.ends.emplace_back(watch.watcher, Unavailable());
+        deliveries.ends.emplace_back(watch.watcher, Stopped(jobs));
       watches_.clear();
+      state_changed_ = true;  // wakes the timer thread to see it
     }
   }
   Deliver(deliveries);
   if (timer_.joinable() && timer_.get_id() != std::this_thread::get_id()) timer_.join();
+}
+
+absl::Status RendezvousHub::SyncJournal(uint64_t position) {
+  if (journal_ == nullptr || position == 0) return absl::OkStatus();
+  if (!journal_failed_) {
+    if (absl::Status synced = journal_->SyncTo(position); !synced.ok()) MarkJournalFailed(synced);
+  }
+  if (!journal_failed_) return absl::OkStatus();
+  OnJournalFailed();
+  return absl::UnavailableError(
+      "the rendezvous server cannot write its journal and is stopping; call again");
+}
+
+void RendezvousHub::MarkJournalFailed(const absl::Status& status) {
+  absl::MutexLock lock(&journal_error_mu_);
+  if (journal_error_.ok()) journal_error_ = status;
+  journal_failed_ = true;
+}
+
+void RendezvousHub::OnJournalFailed() {
+  if (journal_failure_told_.exchange(true)) return;
+  absl::Status error;
+  {
+    absl::MutexLock lock(&journal_error_mu_);
+    error = journal_error_;
+  }
+  Logger("rdzv")->critical(
+      "state: cannot write the journal ({}); no answer that depends on it is given, and the "
+      "server stops: the jobs are kept as far as the journal holds them",
+      error.message());
+  if (on_journal_failure_) on_journal_failure_(error);
+  Shutdown(Jobs::kKept);
 }
 
 uint64_t RendezvousHub::NewTicket() {
@@ -68,9 +132,36 @@ void RendezvousHub::ApplyLocked(Effects& effects, Deliveries* out) {
     if (event.has_job_closed()) watches_.erase(it);  // the last event of a watch
   }
   if (effects.rearm_timer) state_changed_ = true;
+  if (journal_ == nullptr || effects.journal.empty() || journal_failed_) return;
+  absl::StatusOr<uint64_t> position = journal_->Append(effects.journal);
+  if (!position.ok()) {
+    MarkJournalFailed(position.status());
+    return;
+  }
+  out->sync_to = *position;
+  if (journal_->WantsCompaction()) {
+    // Under the lock: the snapshot and the records after it must not interleave.
+    if (absl::Status compacted = journal_->Compact(state_.Snapshot()); !compacted.ok()) {
+      MarkJournalFailed(compacted);
+    }
+  }
 }
 
 void RendezvousHub::Deliver(Deliveries& deliveries) {
+  if (absl::Status synced = SyncJournal(deliveries.sync_to); !synced.ok() || journal_failed_) {
+    // What these depend on may be lost: the joins and watches are told to
+    // call again, and no event goes out.
+    for (auto& [done, result] : deliveries.joins) done(synced.ok() ? Unavailable() : synced);
+    for (auto& [watcher, event] : deliveries.events) {
+      // A closed job's watch was forgotten with its last event: end it here
+      // (the others end with the shutdown below).
+      if (event.has_job_closed()) watcher->on_end(synced.ok() ? Unavailable() : synced);
+    }
+    for (auto& [watcher, status] : deliveries.ends) watcher->on_end(std::move(status));
+    deliveries = Deliveries();
+    OnJournalFailed();
+    return;
+  }
   for (auto& [done, result] : deliveries.joins) done(std::move(result));
   for (auto& [watcher, event] : deliveries.events) watcher->on_event(event);
   for (auto& [watcher, status] : deliveries.ends) watcher->on_end(std::move(status));
@@ -165,6 +256,8 @@ void RendezvousHub::Watch(const WatchRequest& request, uint64_t ticket, Watcher 
       Effects effects;
       state_.SetWatching(key, true, now, &effects);
       ApplyLocked(effects, &deliveries);
+      if (journal_ != nullptr)
+        deliveries.sync_to = std::max(deliveries.sync_to, journal_->written());
       WatchEvent started;
       started.mutable_watch_started()->set_round(round.ok() ? *round : request.known_round());
       deliveries.events.emplace_back(shared, std::move(started));
@@ -192,10 +285,18 @@ void RendezvousHub::CancelWatch(const NodeKey& key, uint64_t ticket) {
 }
 
 absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const HeartbeatRequest& request) {
-  absl::MutexLock lock(&mu_);
-  if (shutting_down_) return Unavailable();
-  return state_.Heartbeat({request.job_id(), request.node_id()}, request.node_secret(),
-                          clock_.Now());
+  absl::StatusOr<int64_t> round;
+  uint64_t position = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return Unavailable();
+    round = state_.Heartbeat({request.job_id(), request.node_id()}, request.node_secret(),
+                             clock_.Now());
+    if (journal_ != nullptr) position = journal_->written();
+  }
+  // The round it answers must survive a restart of the server.
+  MUSTER_RETURN_IF_ERROR(SyncJournal(position));
+  return round;
 }
 
 absl::Status RendezvousHub::ReportFailure(const ReportFailureRequest& request) {
@@ -220,8 +321,20 @@ absl::Status RendezvousHub::Leave(const LeaveRequest& request) {
 }
 
 absl::StatusOr<StatusResponse> RendezvousHub::Status(const std::string& job_id) {
+  absl::StatusOr<StatusResponse> status;
+  uint64_t position = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    status = state_.Status(job_id, clock_.Now());
+    if (journal_ != nullptr) position = journal_->written();
+  }
+  MUSTER_RETURN_IF_ERROR(SyncJournal(position));
+  return status;
+}
+
+RendezvousHub::JobCount RendezvousHub::CountJobs() {
   absl::MutexLock lock(&mu_);
-  return state_.Status(job_id, clock_.Now());
+  return {state_.open_job_count(), state_.job_count()};
 }
 
 void RendezvousHub::RunDueTimers() {

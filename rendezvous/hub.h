@@ -8,6 +8,7 @@
 #ifndef MUSTER_RENDEZVOUS_HUB_H_
 #define MUSTER_RENDEZVOUS_HUB_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -23,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "rendezvous/journal.h"
 #include "rendezvous/state.h"
 
 namespace muster::rdzv {
@@ -39,6 +41,18 @@ struct HubOptions {
   bool timer_thread = true;
   // Bounds on jobs (see StateOptions).
   StateOptions state;
+  // Where the durable changes go (musterd --state-dir); null: they are not
+  // kept. The hub writes each change's records and makes them durable
+  // before anything that depends on them leaves it (an answer, a pushed
+  // event), and compacts the journal when it grows.
+  std::shared_ptr<Journal> journal;
+  // Read back from `journal` as it opened: the state starts from them, its
+  // timers from now (RendezvousState::Restore).
+  std::vector<JournalRecord> restore;
+  // Runs once if the journal cannot be written or synced: the state is no
+  // longer durable, and nothing that depended on the failed write was
+  // delivered. Null: log it and abort.
+  std::function<void(const absl::Status&)> on_journal_failure;
 };
 
 class RendezvousHub {
@@ -60,9 +74,18 @@ class RendezvousHub {
   RendezvousHub(const RendezvousHub&) = delete;
   RendezvousHub& operator=(const RendezvousHub&) = delete;
 
-  // Ends every pending join and watch with kUnavailable and stops the timer
+  // How Shutdown leaves the jobs.
+  enum class Jobs {
+    // Gone with the hub: pending joins and watches end kFailedPrecondition
+    // (the job is lost).
+    kLost,
+    // Kept in the journal for the next start: they end kUnavailable, and
+    // their agents call again (they ride out the outage).
+    kKept,
+  };
+  // Ends every pending join and watch (see Jobs) and stops the timer
   // thread. Later calls fail with kUnavailable.
-  void Shutdown();
+  void Shutdown(Jobs jobs = Jobs::kLost);
 
   // A ticket names one join or watch, so that a late cancel of an old one
   // cannot end its successor.
@@ -90,6 +113,13 @@ class RendezvousHub {
   absl::Status Leave(const LeaveRequest& request);
   absl::StatusOr<StatusResponse> Status(const std::string& job_id);
 
+  // How many jobs the hub holds: open (not closed yet), and in all.
+  struct JobCount {
+    size_t open = 0;
+    size_t all = 0;
+  };
+  JobCount CountJobs();
+
   // Runs every deadline due at the clock's now, as the timer thread does
   // when it wakes, and delivers what follows (failed joins, completed
   // rounds, events) on the calling thread before it returns. Does nothing
@@ -114,16 +144,34 @@ class RendezvousHub {
     std::vector<std::pair<JoinDone, absl::StatusOr<Assignment>>> joins;
     std::vector<std::pair<std::shared_ptr<Watcher>, WatchEvent>> events;
     std::vector<std::pair<std::shared_ptr<Watcher>, absl::Status>> ends;
+    // The journal position they depend on (0: none).
+    uint64_t sync_to = 0;
     bool empty() const { return joins.empty() && events.empty() && ends.empty(); }
   };
 
   void ApplyLocked(Effects& effects, Deliveries* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void Deliver(Deliveries& deliveries);
+  // Makes what `deliveries` depends on durable, then runs it.
+  void Deliver(Deliveries& deliveries);
+  // Returns once the journal holds everything up to `position` (0, or no
+  // journal: at once); kUnavailable when it cannot.
+  absl::Status SyncJournal(uint64_t position);
+  // The journal failed: from now on nothing that depends on it is
+  // delivered. Any thread, the lock held or not.
+  void MarkJournalFailed(const absl::Status& status);
+  // After MarkJournalFailed, outside the lock: tells the owner (once) and
+  // shuts the hub down, keeping the jobs as far as they were written.
+  void OnJournalFailed();
   // Runs `change` on the state under mu_, then delivers its effects.
   absl::Status Mutate(const std::function<absl::Status(Effects*)>& change);
   void TimerLoop();
 
   const Clock& clock_;
+  const std::shared_ptr<Journal> journal_;
+  const std::function<void(const absl::Status&)> on_journal_failure_;
+  std::atomic<bool> journal_failed_{false};
+  std::atomic<bool> journal_failure_told_{false};
+  absl::Mutex journal_error_mu_;
+  absl::Status journal_error_ ABSL_GUARDED_BY(journal_error_mu_);
   absl::Mutex mu_;
   RendezvousState state_ ABSL_GUARDED_BY(mu_);
   std::map<NodeKey, PendingJoin> joins_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -28,6 +30,7 @@
 #include "common/unique_handle.h"
 #include "rendezvous/grpc_exit.h"
 #include "rendezvous/grpc_log.h"
+#include "rendezvous/journal.h"
 #include "rendezvous/munge_credential.h"
 #include "rendezvous/service.h"
 #include "rendezvous/tls.h"
@@ -45,10 +48,18 @@ constexpr int kDefaultPort = 29400;
 constexpr absl::Duration kShutdownGrace = absl::Milliseconds(500);
 
 constexpr const char* kFooter = R"(Exit status:
-  0  stopped by SIGTERM or SIGINT; pending joins were told the server is going away
-  1  cannot serve: the port is in use, or --listen is not an address of this host
+  0  stopped by SIGTERM or SIGINT; pending joins were told the server is going away (with
+     --state-dir: that it keeps their jobs, which its next start continues)
+  1  cannot serve: the port is in use, --listen is not an address of this host, another
+     musterd uses the --state-dir, or the journal there cannot be written any more
   2  usage error, a --token-file or --tls-* file that cannot be used (its mode, owner or
-     contents), or --munge with no munged socket
+     contents), --munge with no munged socket, or a --state-dir that cannot be used
+
+With --state-dir DIR, every job's rounds, ranks, restart count, node secrets and result are
+written to DIR/journal (and synced) before the answers that depend on them; a musterd
+started again with the same DIR continues every job where it was, and its agents, which
+keep their workers running while it is away, carry on with no worker restarted. Run it
+as a service: examples/musterd.service.
 
 Agents connect with:
   muster --rdzv-backend c10d --rdzv-endpoint THIS_HOST:PORT --rdzv-id JOB --nnodes N ...
@@ -60,6 +71,9 @@ need cert=PATH,key=PATH, a client certificate that authority signed. With --mung
 cluster), agents under Slurm send munge credentials with no flag; each uid's jobs are
 its own (another uid's job of the same id is another job).
 Set MUSTER_LOG_LEVEL=debug for more detail (with GRPC_VERBOSITY=debug, gRPC's own log).)";
+
+// Set when the journal can no longer be written: musterd stops, exit 1.
+std::atomic<bool> journal_failed{false};
 
 int Error(int code, absl::string_view message) {
   std::fprintf(stderr, "musterd: error: %.*s\n", static_cast<int>(message.size()), message.data());
@@ -151,6 +165,7 @@ int Main(int argc, char** argv) {
   rdzv::TlsFiles tls;
   bool munge = false;
   std::string munge_socket;
+  std::string state_dir;
   CLI::App app(
       "musterd: the standalone rendezvous server for muster (and torchrun-style) jobs. It serves "
       "many jobs at once, one per --rdzv-id, and logs a line per round.",
@@ -188,6 +203,11 @@ int Main(int argc, char** argv) {
       ->type_name("PATH")
       ->needs(munge_flag);
   munge_flag->excludes(app.get_option("--token-file"));
+  app.add_option("--state-dir", state_dir,
+                 "keep every job in DIR/journal (made mode 700 if missing): a musterd started "
+                 "again with the same DIR continues each job where it was, with no worker "
+                 "restarted; without it a restart loses every job")
+      ->type_name("DIR");
   app.add_option("--max-join-timeout", max_join_timeout_text,
                  "a job with no node in it is forgotten after its join_timeout, or after this "
                  "long if shorter, whatever its agents asked for (e.g. 30m, 1h, 2h)")
@@ -284,6 +304,31 @@ int Main(int argc, char** argv) {
     SetLogLevel(spdlog::level::from_str(level));
   }
   UseTimestampedLogs();
+  // Agents keep their workers through this server's outages: it is not a node of the job.
+  options.hub.state.ride_out_outages = true;
+  if (!state_dir.empty()) {
+    rdzv::Replayed replayed;
+    absl::StatusOr<std::unique_ptr<rdzv::Journal>> journal =
+        rdzv::Journal::Open(state_dir, &replayed);
+    if (!journal.ok()) {
+      const bool taken = absl::IsFailedPrecondition(journal.status()) &&
+                         absl::StrContains(journal.status().message(), "another process");
+      return Error(taken ? kExitCannotServe : kExitUsage,
+                   absl::StrCat("--state-dir: ", journal.status().message()));
+    }
+    if (!replayed.dropped_why.empty()) {
+      Logger("musterd")->warn(
+          "state: {}: {}; the {} bytes from there on are dropped, the {} records before it kept",
+          (*journal)->path(), replayed.dropped_why, replayed.dropped_bytes,
+          replayed.records.size());
+    }
+    options.hub.restore = std::move(replayed.records);
+    options.hub.journal = *std::move(journal);
+    options.hub.on_journal_failure = [](const absl::Status&) {
+      journal_failed = true;
+      kill(getpid(), SIGTERM);  // the main thread stops the server
+    };
+  }
   rdzv::RouteGrpcLogsToSpdlog();
   // Each agent keeps a connection open: a daemon for thousands of nodes
   // needs more descriptors than the usual soft limit of 1024.
@@ -320,6 +365,21 @@ int Main(int argc, char** argv) {
   } else {
     Logger("musterd")->info("auth: token from {}: calls without it are refused", token_file);
   }
+  if (options.hub.journal != nullptr) {
+    const rdzv::RendezvousHub::JobCount jobs = (*server)->hub()->CountJobs();
+    if (jobs.all == 0) {
+      Logger("musterd")->info("state: kept in {} (no job in it yet)", options.hub.journal->path());
+    } else {
+      Logger("musterd")->info(
+          "state: kept in {}: {} job(s) continued from it ({} not closed), their timers "
+          "started afresh",
+          options.hub.journal->path(), jobs.all, jobs.open);
+    }
+  } else {
+    Logger("musterd")->info(
+        "state: not kept: a restart of musterd loses every job (give --state-dir DIR to keep "
+        "them)");
+  }
   if (tls.empty()) {
     Logger("musterd")->info("tls: off{}", options.token.empty()
                                               ? ""
@@ -335,13 +395,28 @@ int Main(int argc, char** argv) {
     Logger("musterd")->error("sigwait: {}; shutting down", std::strerror(rc));
     signal_number = SIGTERM;
   }
-  Logger("musterd")->info("SIG{}: shutting down; pending joins are told the server is going away",
-                          sigabbrev_np(signal_number));
-  (*server)->Shutdown(kShutdownGrace);
+  const bool kept = options.hub.journal != nullptr;
+  if (journal_failed) {
+    Logger("musterd")->error(
+        "stopping: the journal in {} cannot be written; the jobs are kept as far as it holds "
+        "them",
+        state_dir);
+  } else if (kept) {
+    Logger("musterd")->info(
+        "SIG{}: stopping; every job is kept in {} for the next start (agents keep their workers "
+        "and wait for it)",
+        sigabbrev_np(signal_number), options.hub.journal->path());
+  } else {
+    Logger("musterd")->info("SIG{}: shutting down; pending joins are told the server is going away",
+                            sigabbrev_np(signal_number));
+  }
+  (*server)->Shutdown(kShutdownGrace,
+                      kept ? rdzv::RendezvousHub::Jobs::kKept : rdzv::RendezvousHub::Jobs::kLost);
   server->reset();
+  options.hub.journal.reset();
   rdzv::WaitForGrpcShutdown(absl::Seconds(2));
   Logger("musterd")->info("stopped");
-  return kExitSuccess;
+  return journal_failed ? kExitCannotServe : kExitSuccess;
 }
 
 }  // namespace

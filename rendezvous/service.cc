@@ -575,10 +575,10 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
 
 RendezvousServer::~RendezvousServer() { Shutdown(absl::ZeroDuration()); }
 
-void RendezvousServer::Shutdown(absl::Duration grace) {
+void RendezvousServer::Shutdown(absl::Duration grace, RendezvousHub::Jobs jobs) {
   if (shut_down_) return;
   shut_down_ = true;
-  hub_->Shutdown();
+  hub_->Shutdown(jobs);
   if (server_ == nullptr) return;  // Start failed: nothing listens
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();

@@ -171,8 +171,11 @@ class RendezvousServer {
   // The hub behind the service: an agent in the same process talks to it
   // directly (see local_client.h) rather than through loopback gRPC.
   const std::shared_ptr<RendezvousHub>& hub() const { return hub_; }
-  // Stops accepting calls and ends the ones in flight within `grace`.
-  void Shutdown(absl::Duration grace = absl::Seconds(1));
+  // Stops accepting calls and ends the ones in flight within `grace`;
+  // pending joins and watches are told what becomes of their jobs (see
+  // RendezvousHub::Jobs).
+  void Shutdown(absl::Duration grace = absl::Seconds(1),
+                RendezvousHub::Jobs jobs = RendezvousHub::Jobs::kLost);
 
  private:
   RendezvousServer() = default;

@@ -64,6 +64,38 @@ absl::Status CheckTimeout(absl::string_view name, int64_t ms, int64_t min_ms) {
   return absl::OkStatus();
 }
 
+JournalRecord NodeDoneRecord(const std::string& job_id, const std::string& node_id, int64_t round) {
+  JournalRecord record;
+  NodeDone* done = record.mutable_node_done();
+  done->set_job_id(job_id);
+  done->set_node_id(node_id);
+  done->set_round(round);
+  return record;
+}
+
+JournalRecord RoundOpenedRecord(const std::string& job_id, int64_t round, int32_t restart_count,
+                                const std::optional<WatchEvent>& event) {
+  JournalRecord record;
+  RoundOpened* opened = record.mutable_round_opened();
+  opened->set_job_id(job_id);
+  opened->set_round(round);
+  opened->set_restart_count(restart_count);
+  if (event) *opened->mutable_event() = *event;
+  return record;
+}
+
+JournalRecord JobEndedRecord(const std::string& job_id, const JobConfig& config, int64_t round,
+                             int32_t restart_count, const std::optional<WatchEvent>& event) {
+  JournalRecord record;
+  JobEnded* ended = record.mutable_job_ended();
+  ended->set_job_id(job_id);
+  *ended->mutable_config() = config;
+  ended->set_round(round);
+  ended->set_restart_count(restart_count);
+  if (event) *ended->mutable_event() = *event;
+  return record;
+}
+
 absl::Status WrongSecret(const NodeKey& key) {
   return absl::PermissionDeniedError(absl::StrCat(
       "the request for node ", key.node_id, " of job '", key.job_id,
@@ -389,6 +421,7 @@ absl::Status RendezvousState::ReportDone(const NodeKey& key, absl::string_view s
     return absl::AbortedError(absl::StrCat("node ", key.node_id, " is not in round ", job.round));
   }
   job.done.insert(key.node_id);
+  Record(effects, NodeDoneRecord(job.id, key.node_id, round));
   if (job.done.size() == job.participants.size()) {
     Close(job, true, "every node finished", std::nullopt, now, effects);
   }
@@ -427,7 +460,7 @@ void RendezvousState::TrimClosedJobs(Effects* effects) {
                        it->second.closed_at != closed_at;
     if (!stale && jobs_.size() - open_jobs_ <= options_.max_closed_jobs) break;
     if (!stale) {
-      jobs_.erase(it);
+      Forget(it, effects);
       ++forgotten;
     }
     closed_order_.pop_front();
@@ -460,8 +493,7 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
                    : absl::StrCat("job '", job.id, "' forgotten: no node in it for ",
                                   FormatDuration(absl::ToInt64Milliseconds(EmptyJobLifetime(job)))),
                now, effects);
-    if (!closed) --open_jobs_;
-    it = jobs_.erase(it);
+    it = Forget(it, effects);
   }
   for (auto& [id, job] : jobs_) {
     if (job.phase == Phase::kClosed) continue;
@@ -708,10 +740,17 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
     assignment.set_master_addr(master.addr);
     assignment.set_master_port(master.info.master_port_candidate());
     assignment.set_node_secret(node.secret);
+    assignment.set_ride_out_outages(options_.ride_out_outages);
     effects->assigned.emplace_back(NodeKey{job.id, node.info.node_id()}, std::move(assignment));
     rank_base += node.info.local_world_size();
   }
-  for (const std::string& node_id : job.participants) job.nodes[node_id].last_seen = now;
+  for (const std::string& node_id : job.participants) {
+    Node& node = job.nodes[node_id];
+    node.last_seen = now;
+    node.member = true;
+  }
+  job.journaled = options_.journal;
+  Record(effects, RoundFormedRecord(job, job.participants));
   effects->log.push_back(absl::StrCat("job '", job.id, "' round ", job.round, ": ", order.size(),
                                       " nodes, world size ", world_size, ", master ", master.addr,
                                       ":", master.info.master_port_candidate(), ", restarts ",
@@ -730,6 +769,7 @@ void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
   job.joined.clear();
   const WatchEvent event = RoundChangedEvent(job.round, reason, detail);
   job.last_round_change = event;
+  Record(effects, RoundOpenedRecord(job.id, job.round, job.restart_count, event));
   for (const std::string& node_id : job.participants) {
     job.expected.insert(node_id);
     effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
@@ -769,6 +809,8 @@ void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
   closed->set_reason(job.close_reason);
   if (root_cause) *closed->mutable_root_cause() = *root_cause;
   job.closed_event = event;
+  job.journaled = options_.journal;
+  Record(effects, JobEndedRecord(job.id, job.config, job.round, job.restart_count, event));
   for (const auto& [node_id, node] : job.nodes) {
     effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
   }
@@ -795,6 +837,12 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   const std::string host = node_it->second.info.host();
   effects->rearm_timer = true;
   job.live_workers -= node_it->second.info.local_world_size();
+  if (node_it->second.member) {
+    JournalRecord record;
+    record.mutable_node_removed()->set_job_id(job.id);
+    record.mutable_node_removed()->set_node_id(node_id);
+    Record(effects, std::move(record));
+  }
   job.nodes.erase(node_it);
   if (job.nodes.empty()) job.empty_since = now;
   job.lost.push_back(host);
@@ -840,6 +888,186 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
     }
     MaybeComplete(job, now, effects);
   }
+}
+
+void RendezvousState::Record(Effects* effects, JournalRecord record) const {
+  if (options_.journal) effects->journal.push_back(std::move(record));
+}
+
+RendezvousState::JobMap::iterator RendezvousState::Forget(JobMap::iterator it, Effects* effects) {
+  if (it->second.journaled) {
+    JournalRecord record;
+    record.mutable_job_forgotten()->set_job_id(it->first);
+    Record(effects, std::move(record));
+  }
+  if (it->second.phase != Phase::kClosed) --open_jobs_;
+  return jobs_.erase(it);
+}
+
+JournalRecord RendezvousState::RoundFormedRecord(const Job& job,
+                                                 const std::vector<std::string>& members) const {
+  JournalRecord record;
+  RoundFormed* formed = record.mutable_round_formed();
+  formed->set_job_id(job.id);
+  *formed->mutable_config() = job.config;
+  formed->set_round(job.round);
+  formed->set_restart_count(job.restart_count);
+  formed->set_next_join_seq(job.next_join_seq);
+  for (const std::string& node_id : members) {
+    const Node& node = job.nodes.at(node_id);
+    DurableNode* durable = formed->add_members();
+    *durable->mutable_info() = node.info;
+    durable->set_secret(node.secret);
+    durable->set_addr(node.addr);
+    durable->set_join_seq(node.join_seq);
+  }
+  return record;
+}
+
+void RendezvousState::RestoreRoundFormed(const RoundFormed& formed, absl::Time now) {
+  auto [it, created] = jobs_.try_emplace(formed.job_id());
+  Job& job = it->second;
+  if (created || job.phase == Phase::kClosed) ++open_jobs_;
+  job = Job();
+  job.id = formed.job_id();
+  job.config = formed.config();
+  job.phase = Phase::kRunning;
+  job.round = formed.round();
+  job.restart_count = formed.restart_count();
+  job.next_join_seq = formed.next_join_seq();
+  job.journaled = true;
+  job.empty_since = now;
+  for (const DurableNode& durable : formed.members()) {
+    Node& node = job.nodes[durable.info().node_id()];
+    node.info = durable.info();
+    node.secret = durable.secret();
+    node.addr = durable.addr();
+    node.join_seq = durable.join_seq();
+    node.last_seen = now;  // its heartbeat deadline starts again
+    node.member = true;
+    job.live_workers += node.info.local_world_size();
+    job.participants.push_back(durable.info().node_id());
+  }
+}
+
+absl::Status RendezvousState::Restore(const JournalRecord& record, absl::Time now) {
+  auto unknown = [](absl::string_view kind, absl::string_view job_id) {
+    return absl::DataLossError(
+        absl::StrCat("a ", kind, " record for job '", job_id, "', which has no round formed"));
+  };
+  switch (record.record_case()) {
+    case JournalRecord::kRoundFormed: RestoreRoundFormed(record.round_formed(), now); break;
+    case JournalRecord::kRoundOpened: {
+      const RoundOpened& opened = record.round_opened();
+      Job* job = FindJob(opened.job_id());
+      if (job == nullptr || job->phase == Phase::kClosed) {
+        return unknown("round-opened", opened.job_id());
+      }
+      job->phase = Phase::kOpen;
+      job->round = opened.round();
+      job->restart_count = opened.restart_count();
+      job->open_since = now;  // its join timeout starts again
+      job->last_call_deadline.reset();
+      job->done.clear();
+      job->joined.clear();
+      job->waiting.clear();
+      job->expected.clear();
+      for (const std::string& node_id : job->participants) job->expected.insert(node_id);
+      job->participants.clear();
+      job->last_round_change = opened.event();
+      break;
+    }
+    case JournalRecord::kNodeRemoved: {
+      const NodeRemoved& removed = record.node_removed();
+      Job* job = FindJob(removed.job_id());
+      if (job == nullptr) return unknown("node-removed", removed.job_id());
+      auto node = job->nodes.find(removed.node_id());
+      if (node == job->nodes.end()) break;
+      job->live_workers -= node->second.info.local_world_size();
+      job->lost.push_back(node->second.info.host());
+      job->nodes.erase(node);
+      if (job->nodes.empty()) job->empty_since = now;
+      job->expected.erase(removed.node_id());
+      job->done.erase(removed.node_id());
+      std::erase(job->participants, removed.node_id());
+      break;
+    }
+    case JournalRecord::kNodeDone: {
+      const NodeDone& done = record.node_done();
+      Job* job = FindJob(done.job_id());
+      if (job == nullptr) return unknown("node-done", done.job_id());
+      if (job->phase == Phase::kRunning && job->round == done.round() &&
+          IsParticipant(*job, done.node_id())) {
+        job->done.insert(done.node_id());
+      }
+      break;
+    }
+    case JournalRecord::kJobEnded: {
+      const JobEnded& ended = record.job_ended();
+      auto [it, created] = jobs_.try_emplace(ended.job_id());
+      Job& job = it->second;
+      if (created) {
+        job.id = ended.job_id();
+      } else if (job.phase != Phase::kClosed) {
+        --open_jobs_;
+      }
+      job.config = ended.config();
+      job.round = ended.round();
+      job.restart_count = ended.restart_count();
+      job.phase = Phase::kClosed;
+      job.journaled = true;
+      job.closed_at = now;  // kept for its retention from now
+      job.succeeded = ended.event().job_closed().succeeded();
+      job.close_reason = ended.event().job_closed().reason();
+      job.closed_event = ended.event();
+      job.joined.clear();
+      job.waiting.clear();
+      job.expected.clear();
+      job.last_call_deadline.reset();
+      closed_order_.emplace_back(now, job.id);
+      break;
+    }
+    case JournalRecord::kJobForgotten: {
+      auto it = jobs_.find(record.job_forgotten().job_id());
+      if (it == jobs_.end()) break;
+      if (it->second.phase != Phase::kClosed) --open_jobs_;
+      jobs_.erase(it);
+      break;
+    }
+    case JournalRecord::RECORD_NOT_SET:
+      return absl::DataLossError("a record of a kind this muster does not know");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<JournalRecord> RendezvousState::Snapshot() const {
+  std::vector<JournalRecord> out;
+  for (const auto& [id, job] : jobs_) {
+    if (!job.journaled) continue;
+    // Its members, in rank order while a round runs.
+    std::vector<std::string> members;
+    if (job.phase == Phase::kRunning) {
+      members = job.participants;
+    } else {
+      for (const auto& [node_id, node] : job.nodes) {
+        if (node.member) members.push_back(node_id);
+      }
+    }
+    if (!members.empty() || job.phase != Phase::kClosed) {
+      out.push_back(RoundFormedRecord(job, members));
+    }
+    if (job.phase == Phase::kOpen) {
+      out.push_back(RoundOpenedRecord(job.id, job.round, job.restart_count, job.last_round_change));
+    } else if (job.phase == Phase::kRunning) {
+      for (const std::string& node_id : job.done) {
+        out.push_back(NodeDoneRecord(job.id, node_id, job.round));
+      }
+    } else {
+      out.push_back(
+          JobEndedRecord(job.id, job.config, job.round, job.restart_count, job.closed_event));
+    }
+  }
+  return out;
 }
 
 bool RendezvousState::IsParticipant(const Job& job, const std::string& node_id) {

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "proto/journal.pb.h"
 #include "proto/rendezvous.pb.h"
 #include "rendezvous/log_limiter.h"
 
@@ -44,11 +45,16 @@ struct Effects {
   std::vector<std::pair<NodeKey, WatchEvent>> pushed;
   // One line per thing an operator wants to see in the log ("round 2 formed ...").
   std::vector<std::string> log;
+  // The durable changes, in order (StateOptions::journal): a server that
+  // keeps its state writes them, durably, before anything else above
+  // leaves it.
+  std::vector<JournalRecord> journal;
   // A timer deadline may have moved earlier: the hub's timer must look again.
   bool rearm_timer = false;
 
   bool empty() const {
-    return assigned.empty() && join_failed.empty() && pushed.empty() && log.empty();
+    return assigned.empty() && join_failed.empty() && pushed.empty() && log.empty() &&
+           journal.empty();
   }
 };
 
@@ -107,6 +113,11 @@ struct StateOptions {
   // the job ended) at most; past it the longest closed are forgotten first.
   // With max_jobs, what bounds the server's memory whatever clients do.
   size_t max_closed_jobs = 10'000;
+  // The rendezvous runs apart from the job's nodes (musterd, etcd), so its
+  // agents wait out its outages (Assignment::ride_out_outages).
+  bool ride_out_outages = false;
+  // Emit a JournalRecord for every durable change (Effects::journal).
+  bool journal = false;
 };
 
 class RendezvousState {
@@ -173,6 +184,20 @@ class RendezvousState {
   // The earliest time at which Advance has something to do, if any.
   std::optional<absl::Time> NextDeadline() const;
 
+  // Applies one durable change, as Effects::journal gave it, to rebuild the
+  // state after a restart: records in the order they were emitted give back
+  // every job's config, round, restart count, members (with their ranks
+  // and secrets) and how it closed. The timers start again at `now`: every
+  // member's heartbeat deadline, an open round's join timeout, a closed
+  // job's retention. Pending joins and watches are not restored: their
+  // agents call again. Emits no effects. Errors (kDataLoss): a record that
+  // does not fit the state (a round of a job never formed); it is skipped.
+  absl::Status Restore(const JournalRecord& record, absl::Time now);
+
+  // The fewest records that Restore, on an empty state, turns into the
+  // durable part of this one: what a journal is compacted to.
+  std::vector<JournalRecord> Snapshot() const;
+
   // `now`, when given, dates last_call_remaining_ms.
   absl::StatusOr<StatusResponse> Status(absl::string_view job_id,
                                         std::optional<absl::Time> now = std::nullopt) const;
@@ -199,6 +224,7 @@ class RendezvousState {
     absl::Time last_seen;
     int64_t join_seq = 0;
     bool watching = false;  // its watch stream is open: it needs no heartbeats
+    bool member = false;    // it has had an assignment: its secret is durable
   };
 
   struct Job {
@@ -224,7 +250,9 @@ class RendezvousState {
     std::optional<WatchEvent> closed_event;  // what every node was told at close
     absl::Time closed_at;
     std::optional<WatchEvent> last_round_change;
+    bool journaled = false;  // a record of it was emitted: its end is one too
   };
+  using JobMap = std::map<std::string, Job, std::less<>>;
 
   Job* FindJob(absl::string_view job_id);
   // The job of a live node whose request presents `secret`.
@@ -251,6 +279,15 @@ class RendezvousState {
   // Whether the heartbeat timer applies to the node.
   static bool NeedsHeartbeat(const Job& job, const std::string& node_id, const Node& node);
 
+  // Appends `record` to effects->journal when the state keeps a journal.
+  void Record(Effects* effects, JournalRecord record) const;
+  // Erases the job (an iterator of jobs_), saying so in the journal.
+  JobMap::iterator Forget(JobMap::iterator it, Effects* effects);
+  // The RoundFormed record of `job` with these members, in this order.
+  JournalRecord RoundFormedRecord(const Job& job, const std::vector<std::string>& members) const;
+  // Rebuilds a job's nodes from a RoundFormed record.
+  void RestoreRoundFormed(const RoundFormed& formed, absl::Time now);
+
   // Forgets the longest closed jobs while more than max_closed_jobs are
   // kept. Not from inside a loop over jobs_: it erases from it.
   void TrimClosedJobs(Effects* effects);
@@ -260,7 +297,7 @@ class RendezvousState {
   void LogLimited(absl::string_view kind, std::string line, absl::Time now, Effects* effects);
 
   const StateOptions options_;
-  std::map<std::string, Job, std::less<>> jobs_;
+  JobMap jobs_;
   size_t open_jobs_ = 0;
   // Closed jobs in the order they closed (their closed_at, their id); an
   // entry whose job was forgotten since, or reopened under the same id, is

@@ -18,6 +18,7 @@
 namespace muster {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -90,11 +91,13 @@ const T& Find(const Actions& actions) {
   return kNone;
 }
 
-rdzv::Assignment Assigned(int64_t round, int restart_count = 0) {
+// `ride_out`: from a rendezvous that runs apart from the nodes (musterd).
+rdzv::Assignment Assigned(int64_t round, int restart_count = 0, bool ride_out = false) {
   rdzv::Assignment assignment;
   assignment.set_round(round);
   assignment.set_restart_count(restart_count);
   assignment.set_world_size(2);
+  assignment.set_ride_out_outages(ride_out);
   return assignment;
 }
 
@@ -143,7 +146,7 @@ class ElasticStateTest : public ::testing::Test {
   // Running `workers` workers in `round`.
   void ToRunning(int workers = 2, int64_t round = 0) {
     ToJoining();
-    Actions joined = state_.OnRdzv(rdzv_event::Joined{Assigned(round)}, At(10));
+    Actions joined = state_.OnRdzv(rdzv_event::Joined{Assigned(round, 0, ride_out_)}, At(10));
     EXPECT_THAT(Names(joined), ElementsAre("OpenWatch", "StartWorkers"));
     EXPECT_THAT(Names(state_.OnWorkersStarted(workers, std::nullopt, At(10))), IsEmpty());
     ASSERT_EQ(state_.phase(), AgentPhase::kRunning);
@@ -163,6 +166,8 @@ class ElasticStateTest : public ::testing::Test {
     ASSERT_EQ(state_.phase(), AgentPhase::kFinishing);
   }
 
+  // The rendezvous's assignments say to ride out its outages (RideOutTest).
+  bool ride_out_ = false;
   ElasticState state_{Options()};
 };
 
@@ -784,6 +789,149 @@ TEST_F(ElasticStateTest, NothingHappensOnceTheAgentExits) {
   EXPECT_THAT(state_.OnRdzv(Beat(absl::UnavailableError("down")), At(120)), IsEmpty());
   EXPECT_THAT(state_.OnRdzv(rdzv_event::Joined{Assigned(9)}, At(120)), IsEmpty());
   EXPECT_THAT(state_.OnWorkerExit(kExit1, Failure(0), At(120)), IsEmpty());
+}
+
+// ---- Riding out an outage of a rendezvous that runs apart (musterd, etcd) ----
+
+class RideOutTest : public ElasticStateTest {
+ protected:
+  RideOutTest() { ride_out_ = true; }
+};
+
+const absl::Status kDown = absl::UnavailableError("connection refused");
+
+TEST_F(RideOutTest, WorkersKeepRunningThroughAnOutageOfAnyLength) {
+  ToRunning();
+  state_.OnRdzv(WatchStarted(1), At(20));
+  Actions lost = state_.OnRdzv(rdzv_event::WatchEnded{1, kDown}, At(1'000));
+  EXPECT_THAT(Logs(lost), ElementsAre("WARN the rendezvous at rdzv:29400 does not answer "
+                                      "(connection refused); this node's 2 worker(s) keep "
+                                      "running, and it waits for the rendezvous to come back"));
+  // An hour of unanswered heartbeats and watches, every timer on time: no
+  // stop, no exit, no more lines.
+  while (*state_.NextDeadline() < At(3'600'000)) {
+    const absl::Time t = *state_.NextDeadline();
+    for (const Action& action : state_.OnTimer(t)) {
+      Actions answered;
+      if (std::holds_alternative<action::SendHeartbeat>(action)) {
+        answered = state_.OnRdzv(Beat(kDown), t);
+      } else if (const auto* watch = std::get_if<action::OpenWatch>(&action)) {
+        answered = state_.OnRdzv(rdzv_event::WatchEnded{watch->generation, kDown}, t);
+      } else {
+        FAIL() << "an action other than a heartbeat or a watch at " << t;
+      }
+      ASSERT_THAT(answered, IsEmpty()) << "at " << t;
+    }
+  }
+  EXPECT_EQ(state_.phase(), AgentPhase::kRunning);
+  EXPECT_EQ(state_.live_workers(), 2);
+  EXPECT_THAT(Logs(state_.OnRdzv(Beat(0), At(3'600'000))),
+              ElementsAre("INFO the rendezvous at rdzv:29400 answers again, after 3599.0 s away"));
+}
+
+TEST_F(RideOutTest, AReopenedWatchEndsTheOutage) {
+  ToRunning();
+  state_.OnRdzv(rdzv_event::WatchEnded{1, kDown}, At(1'000));
+  EXPECT_THAT(Names(state_.OnTimer(At(2'000))), ElementsAre("OpenWatch"));
+  EXPECT_THAT(Logs(state_.OnRdzv(WatchStarted(2), At(2'100))),
+              ElementsAre("INFO the rendezvous at rdzv:29400 answers again, after 1.1 s away"));
+  EXPECT_EQ(state_.phase(), AgentPhase::kRunning);
+}
+
+TEST_F(RideOutTest, AFailureDuringTheOutageIsReportedWhenTheRendezvousComesBack) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  Actions unanswered = state_.OnRdzv(rdzv_event::FailureReported{kDown}, At(120));
+  EXPECT_THAT(Names(unanswered), IsEmpty()) << "no exit: the report waits for the rendezvous";
+  EXPECT_THAT(Logs(unanswered),
+              ElementsAre(HasSubstr("the failure report is retried until join_timeout (600 s "
+                                    "left)")));
+  Actions again = state_.OnTimer(At(1'120));
+  ASSERT_THAT(Names(again), ElementsAre("ReportFailure"));
+  EXPECT_EQ(Find<action::ReportFailure>(again).failure.rank, 0);
+  EXPECT_EQ(Find<action::ReportFailure>(again).round, 0);
+  EXPECT_THAT(state_.OnRdzv(rdzv_event::FailureReported{kDown}, At(1'130)), IsEmpty());
+  EXPECT_THAT(Names(state_.OnTimer(At(2'130))), ElementsAre("ReportFailure"));
+  EXPECT_THAT(Logs(state_.OnRdzv(rdzv_event::FailureReported{absl::OkStatus()}, At(2'200))),
+              ElementsAre(HasSubstr("answers again")));
+  EXPECT_THAT(Names(state_.OnTimer(At(10'000))), Not(Contains("ReportFailure")));
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(10'100))), ElementsAre("Join"));
+}
+
+TEST_F(RideOutTest, AFailureThatCannotBeReportedWithinJoinTimeoutEndsTheAgent) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  state_.OnRdzv(rdzv_event::FailureReported{kDown}, At(120));
+  // Every timer on time, every report and heartbeat unanswered.
+  Actions last;
+  while (!state_.done() && state_.NextDeadline() && *state_.NextDeadline() < At(700'000)) {
+    const absl::Time t = *state_.NextDeadline();
+    for (const Action& action : state_.OnTimer(t)) {
+      if (std::holds_alternative<action::ReportFailure>(action)) {
+        last = state_.OnRdzv(rdzv_event::FailureReported{kDown}, t + absl::Milliseconds(10));
+      } else if (std::holds_alternative<action::SendHeartbeat>(action)) {
+        state_.OnRdzv(Beat(kDown), t + absl::Milliseconds(10));
+      }
+    }
+  }
+  ASSERT_TRUE(state_.done());
+  EXPECT_THAT(Names(last), ElementsAre("Exit 1"));
+  EXPECT_THAT(Logs(last), Contains(HasSubstr("could not report the failure to the rendezvous")));
+  EXPECT_THAT(Find<action::Exit>(last).report, HasSubstr("train.py FAILED"));
+}
+
+TEST_F(RideOutTest, AJoinDuringTheOutageIsRetriedUntilJoinTimeout) {
+  ToRunning(1);
+  state_.OnRdzv(RoundChangedTo(1), At(100));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110))),
+              ElementsAre("Join"));
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::Joined{kDown}, At(200))), IsEmpty());
+  Actions retried = state_.OnTimer(At(1'200));
+  ASSERT_THAT(Names(retried), ElementsAre("Join"));
+  EXPECT_EQ(Find<action::Join>(retried).timeout, absl::Milliseconds(600'000 - 1'090))
+      << "what is left of join_timeout since the join began";
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::Joined{Assigned(1, 0, true)}, At(1'300))),
+              ElementsAre("StartWorkers"));
+}
+
+TEST_F(RideOutTest, AJoinStillUnansweredAtJoinTimeoutEndsTheAgent) {
+  ToRunning(1);
+  state_.OnRdzv(RoundChangedTo(1), At(100));
+  state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
+  Actions exit = state_.OnRdzv(rdzv_event::Joined{kDown}, At(110 + 600'000));
+  EXPECT_THAT(Names(exit), ElementsAre("Exit 1"));
+}
+
+TEST_F(RideOutTest, TheReportThatTheWorkersFinishedIsRetriedToo) {
+  ToFinishing();
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::DoneReported{kDown}, At(110))), IsEmpty());
+  EXPECT_THAT(Names(state_.OnTimer(At(1'110))), ElementsAre("ReportDone"));
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::DoneReported{absl::OkStatus()}, At(1'200))),
+              ElementsAre("Exit 0"));
+}
+
+TEST_F(RideOutTest, ARendezvousBackWithoutTheJobRestartsTheWorkersSayingWhy) {
+  ToRunning(1);
+  state_.OnRdzv(Beat(kDown), At(100));
+  Actions forgotten = state_.OnRdzv(Beat(absl::NotFoundError("no job 'job'")), At(5'100));
+  EXPECT_THAT(Names(forgotten), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(forgotten), Contains(HasSubstr("came back without this job")));
+}
+
+TEST_F(ElasticStateTest, AFirstJoinWhoseServerWentAwayIsRetriedUntilJoinTimeout) {
+  ToJoining();
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::Joined{kDown}, At(100))), IsEmpty());
+  EXPECT_THAT(Names(state_.OnTimer(At(1'100))), ElementsAre("Join"));
+  Actions exit =
+      state_.OnRdzv(rdzv_event::Joined{absl::DeadlineExceededError("deadline")}, At(605'000));
+  EXPECT_THAT(Find<action::Exit>(exit).why, HasSubstr("no rendezvous answered"));
+}
+
+TEST_F(ElasticStateTest, ANodeOfAnAgentsRendezvousDoesNotRetryItsJoinOnceInTheJob) {
+  ToRunning(1);  // its assignments do not say to ride out
+  state_.OnRdzv(RoundChangedTo(1), At(100));
+  state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::Joined{kDown}, At(200))), ElementsAre("Exit 1"));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // real clock and thread, the way servers run.
 #include "rendezvous/hub.h"
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,7 +16,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "rendezvous/journal.h"
 #include "rendezvous/protocol.h"
+#include "tests/rendezvous/fake_time_hub.h"
 #include "tests/rendezvous/pending.h"
 
 namespace muster::rdzv {
@@ -93,7 +96,7 @@ class HubTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  RendezvousHub hub_{HubOptions{.clock = &clock_, .timer_thread = false, .state = {}}};
+  RendezvousHub hub_{FakeTimeHub(&clock_)};
 };
 
 TEST_F(HubTest, SilentNodeIsLostWhenTheClockReachesItsHeartbeatTimeoutAndNotBefore) {
@@ -228,7 +231,7 @@ TEST_F(HubTest, WatchWithoutTheNodesSecretIsRefusedAndLeavesTheNodesOwnWatchOpen
 }
 
 TEST_F(HubTest, CancelledJoinsLeaveNoJobBehindPastMaxJoinTimeout) {
-  HubOptions options{.clock = &clock_, .timer_thread = false, .state = {}};
+  HubOptions options = FakeTimeHub(&clock_);
   options.state.max_join_timeout = absl::Seconds(3);
   options.state.max_jobs = 1;
   RendezvousHub hub(options);
@@ -261,6 +264,88 @@ TEST(HubRealClockTest, TheTimerThreadRunsADeadlineWhenTheRealClockReachesIt) {
   Pending<absl::StatusOr<Assignment>> a;
   hub.Join(Request("a", config), "10.0.0.1", hub.NewTicket(), a.Callback());
   EXPECT_EQ(a.Wait().status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+// ---- With a journal (musterd --state-dir) ----
+
+class HubJournalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/hub-journal-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    hub_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A hub on the journal in dir_, started from what it holds: musterd's start.
+  void StartHub(JournalOptions journal_options = {}) {
+    hub_.reset();  // closes its journal first
+    Replayed replayed;
+    absl::StatusOr<std::unique_ptr<Journal>> journal =
+        Journal::Open(dir_ + "/state", &replayed, journal_options);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    HubOptions options = FakeTimeHub(&clock_);
+    options.journal = *std::move(journal);
+    options.restore = std::move(replayed.records);
+    options.on_journal_failure = [this](const absl::Status& status) {
+      failures_.push_back(status);
+    };
+    hub_ = std::make_unique<RendezvousHub>(std::move(options));
+  }
+
+  Pending<absl::StatusOr<Assignment>> Join(const std::string& node, JoinRequest request) {
+    Pending<absl::StatusOr<Assignment>> join;
+    hub_->Join(request, "10.0.0.1", hub_->NewTicket(), join.Callback());
+    return join;
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+  std::unique_ptr<RendezvousHub> hub_;
+  std::vector<absl::Status> failures_;
+};
+
+TEST_F(HubJournalTest, AHubStartedAgainOnItsJournalContinuesTheJob) {
+  StartHub();
+  auto a = Join("a", Request("a", Config(2, 2)));
+  auto b = Join("b", Request("b", Config(2, 2)));
+  absl::StatusOr<Assignment> assigned = a.Wait();
+  ASSERT_TRUE(assigned.ok()) << assigned.status();
+  ASSERT_TRUE(b.Wait().ok());
+  // Stopped as musterd stops on SIGTERM with --state-dir: the job is kept.
+  hub_->Shutdown(RendezvousHub::Jobs::kKept);
+  clock_.Advance(absl::Minutes(5));
+  StartHub();
+  EXPECT_EQ(hub_->CountJobs().open, 1u);
+  absl::StatusOr<StatusResponse> status = hub_->Status("job");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), "running");
+  EXPECT_EQ(status->participants(), 2);
+  HeartbeatRequest beat;
+  beat.set_job_id("job");
+  beat.set_node_id("a");
+  beat.set_node_secret(assigned->node_secret());
+  EXPECT_EQ(hub_->Heartbeat(beat).value_or(-1), 0);
+  beat.set_node_secret("a guess");
+  EXPECT_EQ(hub_->Heartbeat(beat).status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(HubJournalTest, WhenTheJournalCannotBeWrittenNothingThatDependsOnItIsDelivered) {
+  // Compacts at the first record; where the new file would go is taken.
+  StartHub(JournalOptions{.compact_bytes = 1});
+  std::filesystem::create_directory(dir_ + "/state/journal.new");
+  auto a = Join("a", Request("a", Config(1, 1)));
+  absl::StatusOr<Assignment> assigned = a.Wait();
+  EXPECT_EQ(assigned.status().code(), absl::StatusCode::kUnavailable) << assigned.status();
+  ASSERT_THAT(failures_, SizeIs(1));
+  EXPECT_THAT(failures_[0].message(), HasSubstr("journal.new"));
+  // The hub stopped; later calls are told to call again.
+  EXPECT_EQ(Join("b", Request("b", Config(1, 1))).Wait().status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_THAT(failures_, SizeIs(1)) << "told once";
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "rendezvous/client.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/service.h"
+#include "tests/rendezvous/fake_time_hub.h"
 #include "tests/rendezvous/pending.h"
 #include "tests/rendezvous/requests.h"
 
@@ -59,7 +60,7 @@ class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.hub = HubOptions{.clock = &clock_, .timer_thread = false, .state = {}};
+    options.hub = FakeTimeHub(&clock_);
     options.token = kToken;
     absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
         RendezvousServer::Start("127.0.0.1", 0, options);
@@ -272,7 +273,7 @@ TEST_F(AuthTest, AgentClientWithoutATokenIsToldToGiveOne) {
 TEST(NoTokenTest, ServerWithoutATokenAnswersEveryone) {
   FakeClock clock;
   ServerOptions options;
-  options.hub = HubOptions{.clock = &clock, .timer_thread = false, .state = {}};
+  options.hub = FakeTimeHub(&clock);
   absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
       RendezvousServer::Start("127.0.0.1", 0, options);
   ASSERT_TRUE(server.ok()) << server.status();

@@ -32,6 +32,7 @@
 #include "common/unique_handle.h"
 #include "rendezvous/client.h"
 #include "rendezvous/protocol.h"
+#include "tests/rendezvous/fake_time_hub.h"
 #include "tests/rendezvous/pending.h"
 #include "tests/reserved_port.h"
 
@@ -151,7 +152,7 @@ class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.hub = HubOptions{.clock = &clock_, .timer_thread = false, .state = {}};
+    options.hub = FakeTimeHub(&clock_);
     absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
         RendezvousServer::Start("127.0.0.1", 0, options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -418,35 +419,56 @@ TEST_F(ServiceTest, ConfigMismatchFailsWithFailedPrecondition) {
   EXPECT_FALSE(first.Done());
 }
 
-TEST_F(ServiceTest, ShutdownFailsPendingJoinsAndWatchesWithUnavailable) {
-  auto client = NewClient();
-  // A node watches its running job (a node watches once it has its secret),
-  // while another node's join waits.
-  absl::StatusOr<Assignment> running = Join(*client, MakeJoin("cut-running", "a", 1, 1));
-  ASSERT_TRUE(running.ok());
-  Pending<absl::StatusOr<Assignment>> join;
-  client->Join(MakeJoin("cut", "a", 2, 2), kRpc, join.Callback());
-  ASSERT_TRUE(
-      WaitForStatus(*client, "cut", [](const StatusResponse& s) { return s.participants() == 1; }));
-  WatchLog watch;
-  // WatchStarted proves the watch is open on the server before it shuts down
-  // (a call still in flight then would be cancelled by gRPC itself instead).
-  watch.Start(*client, "cut-running", "a", 0, running->node_secret());
-  ASSERT_EQ(watch.WaitForStart(), 0);
+class ServiceShutdownTest : public ServiceTest {
+ protected:
+  // Shuts the server down (see RendezvousHub::Jobs) while a join waits and a
+  // watch is open; returns how each ended.
+  std::pair<absl::Status, absl::Status> ShutDownWithAJoinAndAWatch(RendezvousHub::Jobs jobs) {
+    auto client_owner = NewClient();
+    RendezvousClient& client = *client_owner;
+    RendezvousServer& server = *server_;
+    // A node watches its running job (a node watches once it has its secret),
+    // while another node's join waits.
+    absl::StatusOr<Assignment> running = Join(client, MakeJoin("cut-running", "a", 1, 1));
+    EXPECT_TRUE(running.ok()) << running.status();
+    Pending<absl::StatusOr<Assignment>> join;
+    client.Join(MakeJoin("cut", "a", 2, 2), kRpc, join.Callback());
+    EXPECT_TRUE(WaitForStatus(client, "cut",
+                              [](const StatusResponse& s) { return s.participants() == 1; }));
+    WatchLog watch;
+    // WatchStarted proves the watch is open on the server before it shuts down
+    // (a call still in flight then would be cancelled by gRPC itself instead).
+    watch.Start(client, "cut-running", "a", 0, running->node_secret());
+    EXPECT_EQ(watch.WaitForStart(), 0);
 
-  absl::Notification shut;
-  std::thread shutdown([this, &shut] {
-    server_->Shutdown(absl::Seconds(1));
-    shut.Notify();
-  });
-  const bool finished = shut.WaitForNotificationWithTimeout(kWait);
-  if (!finished) {
-    shutdown.detach();
-    FAIL() << "RendezvousServer::Shutdown hung";
+    absl::Notification shut;
+    std::thread shutdown([&server, &shut, jobs] {
+      server.Shutdown(absl::Seconds(1), jobs);
+      shut.Notify();
+    });
+    const bool finished = shut.WaitForNotificationWithTimeout(kWait);
+    if (!finished) {
+      shutdown.detach();
+      ADD_FAILURE() << "RendezvousServer::Shutdown hung";
+      return {};
+    }
+    shutdown.join();
+    return {join.Wait().status(), watch.WaitForEnd()};
   }
-  shutdown.join();
-  EXPECT_EQ(join.Wait().status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(watch.WaitForEnd().code(), absl::StatusCode::kUnavailable);
+};
+
+TEST_F(ServiceShutdownTest, AShutdownThatLosesTheJobsFailsPendingJoinsAndWatchesForGood) {
+  auto [join, watch] = ShutDownWithAJoinAndAWatch(RendezvousHub::Jobs::kLost);
+  EXPECT_EQ(join.code(), absl::StatusCode::kFailedPrecondition) << join;
+  EXPECT_THAT(join.message(), HasSubstr("shutting down and keeps no state"));
+  EXPECT_EQ(watch.code(), absl::StatusCode::kFailedPrecondition) << watch;
+}
+
+TEST_F(ServiceShutdownTest, AShutdownThatKeepsTheJobsTellsPendingJoinsAndWatchesToCallAgain) {
+  auto [join, watch] = ShutDownWithAJoinAndAWatch(RendezvousHub::Jobs::kKept);
+  EXPECT_EQ(join.code(), absl::StatusCode::kUnavailable) << join;
+  EXPECT_THAT(join.message(), HasSubstr("keeps this job"));
+  EXPECT_EQ(watch.code(), absl::StatusCode::kUnavailable) << watch;
 }
 
 // Stands in for a rendezvous server that is not up yet on a port of
@@ -795,7 +817,7 @@ class PeerBoundsTest : public ServiceTest {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.hub = HubOptions{.clock = &clock_, .timer_thread = false, .state = {}};
+    options.hub = FakeTimeHub(&clock_);
     options.per_peer = PeerBounds{.pending_joins = 2, .open_watches = 2};
     absl::StatusOr<std::unique_ptr<RendezvousServer>> server =
         RendezvousServer::Start("127.0.0.1", 0, options);
