@@ -34,7 +34,8 @@ struct RedirectSpec {
   }
 };
 
-enum class RdzvBackend { kStatic, kMuster };  // c10d is an alias of kMuster.
+// c10d is an alias of kMuster; etcd-v2 of kEtcd.
+enum class RdzvBackend { kStatic, kMuster, kEtcd };
 
 // How agents and the rendezvous prove who they are (--rdzv-conf auth=):
 // kAuto picks (launcher/rdzv_auth.h).
@@ -62,6 +63,11 @@ struct RdzvConf {
   RdzvAuth auth = RdzvAuth::kAuto;
   // munge_socket=PATH: munged's socket; empty: libmunge's default.
   std::string munge_socket;
+  // The etcd backend: etcd's user and password (user=, password=), and
+  // protocol=http|https (unset: as the endpoints say; https needs cacert).
+  std::string etcd_user;
+  std::string etcd_password;
+  std::optional<std::string> etcd_protocol;
 };
 
 struct LaunchConfig {

@@ -85,7 +85,8 @@ constexpr absl::string_view kTokenFileEnv = "MUSTER_TOKEN_FILE";
 constexpr absl::string_view kRdzvConfKeys =
     "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
     "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
-    "token_file, cacert, cert, key, munge_socket (paths), auth (none/token/munge)";
+    "token_file, cacert, cert, key, munge_socket (paths), auth (none/token/munge); etcd: user, "
+    "password, protocol (http/https), ca_cert, ssl_cert, ssl_cert_key";
 
 constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
     {Key::kNnodes, "--nnodes", "--nnodes", "PET_NNODES", "N|MIN:MAX", "1:1", kNodesGroup,
@@ -98,9 +99,13 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
     {Key::kLocalAddr, "--local-addr", "--local-addr,--local_addr", "PET_LOCAL_ADDR", "ADDR",
      "host name", kNodesGroup, "address advertised for this node"},
     {Key::kRdzvBackend, "--rdzv-backend", "--rdzv-backend,--rdzv_backend", "PET_RDZV_BACKEND",
-     "static|c10d|muster", "static", kRdzvGroup, "c10d and muster both mean muster's rendezvous"},
+     "static|c10d|muster|etcd", "static", kRdzvGroup,
+     "c10d and muster: muster's rendezvous (an agent or musterd);\n"
+     "etcd (or etcd-v2): an etcd v3 cluster, no server of muster's"},
     {Key::kRdzvEndpoint, "--rdzv-endpoint", "--rdzv-endpoint,--rdzv_endpoint", "PET_RDZV_ENDPOINT",
-     "HOST[:PORT]", "none", kRdzvGroup, "rendezvous server, IPv6 in [ ], port 29400 if omitted"},
+     "HOST[:PORT]", "none", kRdzvGroup,
+     "rendezvous server, IPv6 in [ ], port 29400 if omitted;\n"
+     "etcd: its members, HOST[:PORT],... (port 2379)"},
     {Key::kRdzvId, "--rdzv-id", "--rdzv-id,--rdzv_id", "PET_RDZV_ID", "ID", "none", kRdzvGroup,
      "the job's id, the same on every node"},
     {Key::kRdzvConf, "--rdzv-conf", "--rdzv-conf,--rdzv_conf", "PET_RDZV_CONF", "KEY=VALUE,...",
@@ -113,7 +118,9 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "cert=PATH,key=PATH: with cacert, this node's client certificate;\n"
      "auth=none|token|munge (default: token with a token file,\n"
      "else munge inside Slurm where munged runs, else none);\n"
-     "munge_socket=PATH (default /run/munge/munge.socket.2)"},
+     "munge_socket=PATH (default /run/munge/munge.socket.2);\n"
+     "etcd: user=NAME,password=TEXT (etcd's own auth), protocol=http|https,\n"
+     "and torchrun's etcd-v2 names ca_cert, ssl_cert, ssl_cert_key"},
     {Key::kStandalone, "--standalone", "--standalone", "PET_STANDALONE", "", "off", kRdzvGroup,
      "one node; rendezvous on a free local port, random id"},
     {Key::kMasterAddr, "--master-addr", "--master-addr,--master_addr", "PET_MASTER_ADDR", "ADDR",
@@ -400,9 +407,25 @@ absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
       conf.is_host = *is_host;
     } else if (key == "token_file") {
       conf.token_file = std::string(value);  // read (and checked) when the launch starts
-    } else if (key == "cacert" || key == "cert" || key == "key") {
-      // Read (and checked, together) when the launch starts.
-      (key == "cacert" ? conf.cacert : key == "cert" ? conf.cert : conf.key) = std::string(value);
+    } else if (key == "cacert" || key == "ca_cert") {
+      // Read (and checked, with cert and key) when the launch starts. The
+      // second spellings are torchrun's etcd-v2 backend's.
+      conf.cacert = std::string(value);
+    } else if (key == "cert" || key == "ssl_cert") {
+      conf.cert = std::string(value);
+    } else if (key == "key" || key == "ssl_cert_key") {
+      conf.key = std::string(value);
+    } else if (key == "user") {
+      conf.etcd_user = std::string(value);
+    } else if (key == "password") {
+      conf.etcd_password = std::string(value);
+    } else if (key == "protocol") {
+      const std::string protocol = absl::AsciiStrToLower(value);
+      if (protocol != "http" && protocol != "https") {
+        return Invalid(given, absl::StrCat("protocol needs http or https, not ", Shown(value)),
+                       fix);
+      }
+      conf.etcd_protocol = protocol;
     } else if (key == "auth") {
       if (value == "none") {
         conf.auth = RdzvAuth::kNone;
@@ -472,13 +495,16 @@ absl::Status ApplyRendezvous(const GivenOptions& given, LaunchConfig& config,
         config.rdzv_backend = RdzvBackend::kStatic;
       } else if (backend->value == "c10d" || backend->value == "muster") {
         config.rdzv_backend = RdzvBackend::kMuster;
+      } else if (backend->value == "etcd" || backend->value == "etcd-v2") {
+        config.rdzv_backend = RdzvBackend::kEtcd;
       } else {
         return Invalid(*backend, "unsupported rendezvous backend",
-                       "give --rdzv-backend static, c10d or muster (c10d and muster are the same)");
+                       "give --rdzv-backend static, c10d, muster (the same as c10d) or etcd");
       }
     }
     if (endpoint != nullptr) {
-      if (!endpoint->value.empty()) {
+      // etcd's list of members is parsed when the launch starts.
+      if (!endpoint->value.empty() && config.rdzv_backend != RdzvBackend::kEtcd) {
         // Only the shape is checked here; the port's default is the launcher's.
         absl::StatusOr<Endpoint> parsed = ParseEndpoint(endpoint->value, 0, endpoint->spec->name);
         if (!parsed.ok()) {

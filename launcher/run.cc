@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "agent/agent.h"
 #include "common/endpoint.h"
 #include "common/log.h"
@@ -23,6 +25,8 @@
 #include "launcher/program.h"
 #include "launcher/rdzv_auth.h"
 #include "launcher/rendezvous_host.h"
+#include "rendezvous/etcd_client.h"
+#include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/grpc_exit.h"
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/local_client.h"
@@ -233,6 +237,79 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
   return out;
 }
 
+// --rdzv-backend etcd: every agent is a client of the etcd cluster, and one
+// of them, elected there, runs the job's state machine. Errors are usage
+// errors. `tls`: checked already; empty for plaintext.
+absl::StatusOr<Rendezvous> SetUpEtcdRendezvous(const LaunchConfig& config,
+                                               const rdzv::TlsFiles& tls) {
+  const RdzvConf& conf = config.rdzv_conf;
+  if (config.rdzv_endpoint.empty()) {
+    return absl::InvalidArgumentError(
+        "--rdzv-backend etcd needs --rdzv-endpoint HOST[:PORT],..., the members of the etcd "
+        "cluster (port 2379 where none is given)");
+  }
+  absl::StatusOr<etcd::EtcdEndpoints> endpoints = etcd::ParseEtcdEndpoints(config.rdzv_endpoint);
+  if (!endpoints.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-endpoint for etcd: ", endpoints.status().message()));
+  }
+  const bool https = conf.etcd_protocol ? *conf.etcd_protocol == "https" : endpoints->tls;
+  if (https && tls.cacert.empty()) {
+    return absl::InvalidArgumentError(
+        "etcd over https needs --rdzv-conf cacert=PATH (ca_cert=), the authority that signed "
+        "the etcd members' certificates");
+  }
+  if (conf.auth == RdzvAuth::kToken || conf.auth == RdzvAuth::kMunge) {
+    return absl::InvalidArgumentError(
+        "--rdzv-conf auth=token and auth=munge are for muster's own rendezvous; etcd checks its "
+        "own users (--rdzv-conf user=NAME,password=TEXT) or client certificates (cert=, key=)");
+  }
+  if (!conf.etcd_password.empty() && conf.etcd_user.empty()) {
+    return absl::InvalidArgumentError(
+        "--rdzv-conf password= needs user=NAME, the etcd user it belongs to");
+  }
+  if (!conf.token_file.empty()) {
+    Logger("agent")->warn(
+        "the rendezvous token (token_file, MUSTER_TOKEN_FILE) is not used with --rdzv-backend "
+        "etcd, which checks etcd's own users or client certificates");
+  }
+  etcd::EtcdOptions options;
+  options.endpoints = endpoints->endpoints;
+  // Each agent starts at a member of its own: the calls of a thousand
+  // agents are spread over the cluster.
+  std::shuffle(options.endpoints.begin(), options.endpoints.end(),
+               std::mt19937(std::random_device()()));
+  options.user = conf.etcd_user;
+  options.password = conf.etcd_password;
+  options.tls = tls;
+  absl::StatusOr<std::unique_ptr<etcd::EtcdClient>> client =
+      etcd::EtcdClient::Create(std::move(options));
+  if (!client.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("etcd: ", client.status().message()));
+  }
+  const std::string target = absl::StrCat("etcd at ", absl::StrJoin(endpoints->endpoints, ","));
+  etcd::EtcdRendezvousOptions rendezvous;
+  rendezvous.etcd = std::shared_ptr<etcd::EtcdClient>(*std::move(client));
+  rendezvous.job_id = config.rdzv_id;
+  rendezvous.lease_ttl = absl::FromChrono(conf.heartbeat_timeout);
+  rendezvous.target = target;
+  Rendezvous out;
+  out.client = etcd::NewEtcdRendezvousClient(std::move(rendezvous));
+  const std::string auth =
+      absl::StrCat(conf.etcd_user.empty() ? "none" : absl::StrCat("etcd user ", conf.etcd_user),
+                   tls.empty()        ? ""
+                   : tls.cert.empty() ? ", tls"
+                                      : ", tls with a client certificate");
+  Logger("agent")->info("rendezvous for job '{}' on {} (auth: {})", config.rdzv_id, target, auth);
+  if (conf.etcd_user.empty() && tls.cert.empty()) {
+    Logger("agent")->warn(
+        "etcd without authentication: anyone who can reach it can read and change this job; "
+        "give etcd users (--rdzv-conf user=NAME,password=TEXT) or client certificates (cert=, "
+        "key=)");
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<int> RunLaunch(LaunchConfig config) {
@@ -265,8 +342,9 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   }
 
   const bool one_node = config.standalone || static_backend;
+  const bool on_etcd = config.rdzv_backend == RdzvBackend::kEtcd && !config.standalone;
   RdzvCredential credential;
-  if (!one_node || !config.rdzv_conf.token_file.empty()) {
+  if (!on_etcd && (!one_node || !config.rdzv_conf.token_file.empty())) {
     // One node listens on no port: munge has nothing to prove there.
     absl::StatusOr<RdzvCredential> read = ReadRdzvCredential(config);
     if (!read.ok()) return read.status();
@@ -284,7 +362,9 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   // From here on other threads exist (gRPC's): block the signals the agent reads first.
   BlockAgentSignals();
   rdzv::RouteGrpcLogsToSpdlog();
-  absl::StatusOr<Rendezvous> rendezvous = SetUpRendezvous(config, one_node, !log_level, credential);
+  absl::StatusOr<Rendezvous> rendezvous =
+      on_etcd ? SetUpEtcdRendezvous(config, credential.tls)
+              : SetUpRendezvous(config, one_node, !log_level, credential);
   if (!rendezvous.ok()) return rendezvous.status();
 
   AgentOptions options;
@@ -293,6 +373,8 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   options.program = program->path;
   options.host = HostName();
   options.advertised_addr = options.config.local_addr;
+  // No server sees an etcd agent's address: its host name stands for it.
+  if (on_etcd && options.advertised_addr.empty()) options.advertised_addr = options.host;
   options.hosts_rendezvous = rendezvous->hub != nullptr;
   options.static_ranks = static_backend;
   options.base_env = EnvironmentEntries();

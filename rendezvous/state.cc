@@ -344,9 +344,51 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
 }
 
 void RendezvousState::CancelJoin(const NodeKey& key, absl::Time now, Effects* effects) {
+  DropNode(key, "cancelled its join", now, effects);
+}
+
+void RendezvousState::DropNode(const NodeKey& key, absl::string_view why, absl::Time now,
+                               Effects* effects) {
   Job* job = FindJob(key.job_id);
   if (job == nullptr || job->phase == Phase::kClosed) return;
-  RemoveNode(*job, key.node_id, "cancelled its join", now, effects);
+  RemoveNode(*job, key.node_id, std::string(why), now, effects);
+}
+
+std::optional<Assignment> RendezvousState::AssignmentOf(const NodeKey& key) const {
+  auto it = jobs_.find(key.job_id);
+  if (it == jobs_.end() || it->second.phase != Phase::kRunning) return std::nullopt;
+  const Job& job = it->second;
+  int rank_base = -1, world_size = 0;
+  size_t group_rank = 0;
+  for (size_t i = 0; i < job.participants.size(); ++i) {
+    const Node& node = job.nodes.at(job.participants[i]);
+    if (job.participants[i] == key.node_id) {
+      rank_base = world_size;
+      group_rank = i;
+    }
+    world_size += node.info.local_world_size();
+  }
+  if (rank_base < 0) return std::nullopt;
+  return MakeAssignment(job, job.nodes.at(key.node_id), static_cast<int>(group_rank), rank_base,
+                        world_size, job.nodes.at(job.participants.front()));
+}
+
+Assignment RendezvousState::MakeAssignment(const Job& job, const Node& node, int group_rank,
+                                           int rank_base, int world_size,
+                                           const Node& master) const {
+  Assignment assignment;
+  assignment.set_round(job.round);
+  assignment.set_restart_count(job.restart_count);
+  assignment.set_max_restarts(job.config.max_restarts());
+  assignment.set_group_rank(group_rank);
+  assignment.set_group_world_size(static_cast<int>(job.participants.size()));
+  assignment.set_rank_base(rank_base);
+  assignment.set_world_size(world_size);
+  assignment.set_master_addr(master.addr);
+  assignment.set_master_port(master.info.master_port_candidate());
+  assignment.set_node_secret(node.secret);
+  assignment.set_ride_out_outages(options_.ride_out_outages);
+  return assignment;
 }
 
 absl::StatusOr<int64_t> RendezvousState::Heartbeat(const NodeKey& key, absl::string_view secret,
@@ -725,23 +767,13 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
   job.last_call_deadline.reset();
   job.open_since = absl::InfiniteFuture();
 
+  for (const Node* node : order) job.participants.push_back(node->info.node_id());
   int rank_base = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const Node& node = *order[i];
-    job.participants.push_back(node.info.node_id());
-    Assignment assignment;
-    assignment.set_round(job.round);
-    assignment.set_restart_count(job.restart_count);
-    assignment.set_max_restarts(job.config.max_restarts());
-    assignment.set_group_rank(static_cast<int>(i));
-    assignment.set_group_world_size(static_cast<int>(order.size()));
-    assignment.set_rank_base(rank_base);
-    assignment.set_world_size(world_size);
-    assignment.set_master_addr(master.addr);
-    assignment.set_master_port(master.info.master_port_candidate());
-    assignment.set_node_secret(node.secret);
-    assignment.set_ride_out_outages(options_.ride_out_outages);
-    effects->assigned.emplace_back(NodeKey{job.id, node.info.node_id()}, std::move(assignment));
+    effects->assigned.emplace_back(
+        NodeKey{job.id, node.info.node_id()},
+        MakeAssignment(job, node, static_cast<int>(i), rank_base, world_size, master));
     rank_base += node.info.local_world_size();
   }
   for (const std::string& node_id : job.participants) {
@@ -1075,13 +1107,14 @@ bool RendezvousState::IsParticipant(const Job& job, const std::string& node_id) 
          job.participants.end();
 }
 
-bool RendezvousState::NeedsHeartbeat(const Job& job, const std::string& node_id, const Node& node) {
+bool RendezvousState::NeedsHeartbeat(const Job& job, const std::string& node_id,
+                                     const Node& node) const {
   // A pending join is alive while its call is open (the server drops the node
   // when the call is cancelled), and agents heartbeat only once in the job. A
   // node whose workers all finished may exit: it is not needed any more. An
   // open watch stream is a heartbeat.
-  return !node.watching && !job.joined.contains(node_id) && !job.waiting.contains(node_id) &&
-         !job.done.contains(node_id);
+  return !options_.external_liveness && !node.watching && !job.joined.contains(node_id) &&
+         !job.waiting.contains(node_id) && !job.done.contains(node_id);
 }
 
 std::vector<std::string> RendezvousState::DescribeNodes(const Job& job,

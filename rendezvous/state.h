@@ -118,6 +118,10 @@ struct StateOptions {
   bool ride_out_outages = false;
   // Emit a JournalRecord for every durable change (Effects::journal).
   bool journal = false;
+  // Whether a node is alive is known elsewhere (an etcd lease): no
+  // heartbeat timeout applies, and the owner calls DropNode for a node
+  // that is gone.
+  bool external_liveness = false;
 };
 
 class RendezvousState {
@@ -145,6 +149,16 @@ class RendezvousState {
   // its answer, so the node leaves the job. For the server only, which knows
   // the call was that node's (it holds the call); no secret.
   void CancelJoin(const NodeKey& node, absl::Time now, Effects* effects);
+
+  // The node is gone (its etcd lease ended): it leaves the job as a node
+  // silent past its heartbeat timeout does, `why` saying how. For the
+  // server only; no secret. Unknown nodes are ignored.
+  void DropNode(const NodeKey& node, absl::string_view why, absl::Time now, Effects* effects);
+
+  // The assignment the node has in the job's running round, as that round
+  // gave it (for a server that must give it again); nullopt when the node
+  // is not in a running round.
+  std::optional<Assignment> AssignmentOf(const NodeKey& node) const;
 
   // Every call below for a node must present the node's secret (`secret`),
   // else it fails with kPermissionDenied and changes nothing.
@@ -277,7 +291,11 @@ class RendezvousState {
   std::vector<std::string> DescribeNodes(const Job& job, const std::set<std::string>& ids) const;
   static bool IsParticipant(const Job& job, const std::string& node_id);
   // Whether the heartbeat timer applies to the node.
-  static bool NeedsHeartbeat(const Job& job, const std::string& node_id, const Node& node);
+  bool NeedsHeartbeat(const Job& job, const std::string& node_id, const Node& node) const;
+  // The assignment of `node` in the job's running round. REQUIRES: the
+  // round's participants are set, in group-rank order.
+  Assignment MakeAssignment(const Job& job, const Node& node, int group_rank, int rank_base,
+                            int world_size, const Node& master) const;
 
   // Appends `record` to effects->journal when the state keeps a journal.
   void Record(Effects* effects, JournalRecord record) const;

@@ -154,5 +154,34 @@ class TempDirTest(unittest.TestCase):
         return read_file(self.path(name))
 
 
+class OnDemandWorkers:
+    """For a test whose workers are workers/on_demand.py, writing to
+    self.work: which attempts started, with which pids, and how to end them.
+    The test gives self.work and a self.logs() for its failure messages."""
+
+    ON_DEMAND = os.path.join(WORKERS, "on_demand.py")
+
+    def pids(self, attempt, ranks=2):
+        """The workers' pids of `attempt` once every rank has written one."""
+        paths = [os.path.join(self.work, f"pid.{attempt}.{r}") for r in range(ranks)]
+        started = wait_for(lambda: all(os.path.exists(p) for p in paths), timeout=60)
+        self.assertTrue(started, f"attempt {attempt} did not start:\n{self.logs()}")
+        return {r: int(read_file(p)) for r, p in enumerate(paths)}
+
+    def fail_rank(self, rank, attempt):
+        """Rank `rank` of attempt `attempt` exits 1."""
+        open(os.path.join(self.work, f"fail.{rank}.{attempt}"), "w").close()
+
+    def finish_workers(self):
+        """Every worker exits 0."""
+        open(os.path.join(self.work, "finish"), "w").close()
+
+    def attempts(self):
+        """The attempts (restart counts) whose workers started."""
+        return sorted({int(os.path.basename(p).split(".")[1])
+                       for p in glob.glob(os.path.join(self.work, "pid.*"))
+                       if not p.endswith(".tmp")})
+
+
 if __name__ == "__main__":
     sys.exit("run the test modules, not this file")

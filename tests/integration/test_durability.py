@@ -2,19 +2,16 @@
 --state-dir continues every job after a SIGKILL or a stop, and agents keep
 their workers running while it is away. Real musterd, real agents, real
 workers on loopback."""
-import glob
 import os
 import signal
 import time
 import unittest
 
-from harness import MUSTER, WORKERS, pid_alive, read_file, reserve_port, wait_for
+from harness import MUSTER, OnDemandWorkers, pid_alive, reserve_port, wait_for
 from test_musterd import MUSTERD, SERVING, MusterdTest
 
-ON_DEMAND = os.path.join(WORKERS, "on_demand.py")
 
-
-class DurabilityTest(MusterdTest):
+class DurabilityTest(OnDemandWorkers, MusterdTest):
     """A musterd on a fixed port (so it can come back on it) and agents whose
     workers end when the test says (workers/on_demand.py)."""
 
@@ -45,26 +42,12 @@ class DurabilityTest(MusterdTest):
                 "--rdzv-id", "durable", "--nnodes", str(count), "--nproc-per-node", "1",
                 "--max-restarts", str(max_restarts),
                 "--rdzv-conf", "is_host=0,heartbeat_timeout=10,keep_alive_interval=1",
-                "--no-python", "/usr/bin/python3", ON_DEMAND, self.work]))
+                "--no-python", "/usr/bin/python3", self.ON_DEMAND, self.work]))
         return procs
-
-    def pids(self, attempt, ranks=2):
-        """The workers' pids of `attempt` once every rank has written one."""
-        paths = [os.path.join(self.work, f"pid.{attempt}.{r}") for r in range(ranks)]
-        started = wait_for(lambda: all(os.path.exists(p) for p in paths), timeout=60)
-        self.assertTrue(started, f"attempt {attempt} did not start:\n{self.logs()}")
-        return {r: int(read_file(p)) for r, p in enumerate(paths)}
-
-    def fail_rank(self, rank, attempt):
-        open(os.path.join(self.work, f"fail.{rank}.{attempt}"), "w").close()
 
     def logs(self, names=("agent0", "agent1")):
         return "\n".join(f"--- {n}\n{self.read(n + '.err')}" for n in
                          [*names, *[f"musterd{i + 1}" for i in range(self.musterd_starts)]])
-
-    def attempts(self):
-        return sorted({int(os.path.basename(p).split(".")[1])
-                       for p in glob.glob(os.path.join(self.work, "pid.*")) if not p.endswith(".tmp")})
 
 
 class MusterdRestart(DurabilityTest):
@@ -143,7 +126,7 @@ class LongOutage(DurabilityTest):
         for n in range(2):
             self.assertTrue(wait_for(lambda: "answers again" in self.read(f"agent{n}.err"), 20),
                             self.logs())
-        open(os.path.join(self.work, "finish"), "w").close()
+        self.finish_workers()
         for n, agent in enumerate(agents):
             code, err = self.finish(agent, f"agent{n}", timeout=60)
             self.assertEqual(code, 0, err)
@@ -174,7 +157,7 @@ class WithoutStateDir(DurabilityTest):
         # New workers, of a job that starts over (its count at 0 again).
         restarted = wait_for(lambda: all(p != self.pids(0)[r] for r, p in first.items()), 30)
         self.assertTrue(restarted, self.logs())
-        open(os.path.join(self.work, "finish"), "w").close()
+        self.finish_workers()
         for n, agent in enumerate(agents):
             code, err = self.finish(agent, f"agent{n}", timeout=60)
             self.assertEqual(code, 0, err)

@@ -392,8 +392,34 @@ TEST(ParseCommandLineTest, RdzvBackends) {
   EXPECT_EQ(Config({"--rdzv-backend", "static", "t.py"}).rdzv_backend, RdzvBackend::kStatic);
   EXPECT_EQ(Config({"--rdzv-backend", "c10d", "t.py"}).rdzv_backend, RdzvBackend::kMuster);
   EXPECT_EQ(Config({"--rdzv-backend", "muster", "t.py"}).rdzv_backend, RdzvBackend::kMuster);
-  EXPECT_THAT(Error({"--rdzv-backend", "etcd", "t.py"}),
-              AllOf(HasSubstr("--rdzv-backend etcd"), HasSubstr("static, c10d or muster")));
+  EXPECT_EQ(Config({"--rdzv-backend", "etcd", "t.py"}).rdzv_backend, RdzvBackend::kEtcd);
+  EXPECT_EQ(Config({"--rdzv-backend", "etcd-v2", "t.py"}).rdzv_backend, RdzvBackend::kEtcd);
+  EXPECT_THAT(Error({"--rdzv-backend", "zookeeper", "t.py"}),
+              AllOf(HasSubstr("--rdzv-backend zookeeper"), HasSubstr("static, c10d, muster")));
+}
+
+TEST(ParseCommandLineTest, AnEtcdEndpointIsAListOfMembersKeptAsGiven) {
+  // Parsed (and checked) when the launch starts: etcd's grammar, not muster's.
+  const std::string members = "https://e1:2379,e2,[::1]:2380";
+  EXPECT_EQ(Config({"--rdzv-backend", "etcd", "--rdzv-endpoint", members, "t.py"}).rdzv_endpoint,
+            members);
+}
+
+TEST(ParseCommandLineTest, RdzvConfTakesEtcdsKeys) {
+  const LaunchConfig config =
+      Config({"--rdzv-conf",
+              "user=trainer,password=s3cret,protocol=HTTPS,ca_cert=/c,ssl_cert=/n,"
+              "ssl_cert_key=/k",
+              "t.py"});
+  EXPECT_EQ(config.rdzv_conf.etcd_user, "trainer");
+  EXPECT_EQ(config.rdzv_conf.etcd_password, "s3cret");
+  EXPECT_EQ(config.rdzv_conf.etcd_protocol, "https");
+  // torchrun's etcd-v2 spellings of cacert, cert and key.
+  EXPECT_EQ(config.rdzv_conf.cacert, "/c");
+  EXPECT_EQ(config.rdzv_conf.cert, "/n");
+  EXPECT_EQ(config.rdzv_conf.key, "/k");
+  EXPECT_THAT(Error({"--rdzv-conf", "protocol=ftp", "t.py"}),
+              HasSubstr("protocol needs http or https, not ftp"));
 }
 
 TEST(ParseCommandLineTest, RdzvEndpointShapesKeptAsGiven) {

@@ -1180,5 +1180,52 @@ TEST_F(StateTest, ClosedJobsBeyondMaxClosedJobsAreForgottenLongestClosedFirst) {
   EXPECT_TRUE(absl::IsNotFound(state.Status("done-2").status()));
 }
 
+// ---------------------------------------------------------------- on etcd
+
+class ExternalLivenessTest : public StateTest {
+ protected:
+  ExternalLivenessTest() : StateTest(Options()) {}
+  static StateOptions Options() {
+    StateOptions options;
+    options.external_liveness = true;
+    return options;
+  }
+};
+
+TEST_F(ExternalLivenessTest, NoNodeIsDroppedForSilenceWhenLivenessIsKnownElsewhere) {
+  Form({"a", "b"}, At(0));
+  EXPECT_EQ(state_.NextDeadline(), std::nullopt);
+  EXPECT_TRUE(Advance(At(10 * kHeartbeatMs)).pushed.empty());
+  EXPECT_EQ(JobStatus().participants(), 2);
+}
+
+TEST_F(ExternalLivenessTest, ADroppedNodeLeavesAsALostOneDoes) {
+  config_ = Config(1, 2);
+  Form({"a", "b"}, At(0));
+  Effects effects;
+  state_.DropNode({job_, "b"}, "lost: its etcd lease ended", At(100), &effects);
+  auto pushed = Pushed(effects);
+  ASSERT_THAT(pushed["a"], ::testing::SizeIs(1));
+  EXPECT_EQ(pushed["a"][0].round_changed().reason(), RoundChanged::NODE_LOST);
+  EXPECT_EQ(pushed["a"][0].round_changed().detail(), "node host-b lost: its etcd lease ended");
+  EXPECT_EQ(JobStatus().restart_count(), 0) << "a lost node uses no restart";
+  Effects again;
+  state_.DropNode({job_, "b"}, "twice", At(101), &again);
+  state_.DropNode({"no-such-job", "b"}, "never there", At(101), &again);
+  EXPECT_TRUE(again.empty());
+}
+
+TEST_F(StateTest, AssignmentOfGivesARunningRoundsAssignmentAgain) {
+  std::map<std::string, Assignment> formed = Form({Spec("a").Lws(2), Spec("b").Lws(3)}, At(0));
+  for (const char* node : {"a", "b"}) {
+    std::optional<Assignment> again = state_.AssignmentOf({job_, node});
+    ASSERT_TRUE(again.has_value()) << node;
+    EXPECT_EQ(again->SerializeAsString(), formed[node].SerializeAsString()) << node;
+  }
+  EXPECT_EQ(state_.AssignmentOf({job_, "c"}), std::nullopt);
+  Fail("a", 0, At(10));
+  EXPECT_EQ(state_.AssignmentOf({job_, "a"}), std::nullopt) << "the round is open";
+}
+
 }  // namespace
 }  // namespace muster::rdzv
