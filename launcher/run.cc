@@ -282,6 +282,10 @@ absl::StatusOr<Rendezvous> SetUpEtcdRendezvous(const LaunchConfig& config,
   options.user = conf.etcd_user;
   options.password = conf.etcd_password;
   options.tls = tls;
+  // The leader's writes carry a round's answers: they wait longer per member.
+  etcd::EtcdOptions leader_options = options;
+  leader_options.attempt_timeout = absl::Seconds(5);
+  leader_options.call_timeout = absl::Seconds(10);
   absl::StatusOr<std::unique_ptr<etcd::EtcdClient>> client =
       etcd::EtcdClient::Create(std::move(options));
   if (!client.ok()) {
@@ -290,6 +294,7 @@ absl::StatusOr<Rendezvous> SetUpEtcdRendezvous(const LaunchConfig& config,
   const std::string target = absl::StrCat("etcd at ", absl::StrJoin(endpoints->endpoints, ","));
   etcd::EtcdRendezvousOptions rendezvous;
   rendezvous.etcd = std::shared_ptr<etcd::EtcdClient>(*std::move(client));
+  rendezvous.leader_etcd = std::move(leader_options);
   rendezvous.job_id = config.rdzv_id;
   rendezvous.lease_ttl = absl::FromChrono(conf.heartbeat_timeout);
   rendezvous.target = target;

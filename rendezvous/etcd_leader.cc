@@ -95,7 +95,7 @@ class Leader final : public EtcdLeader {
   void Enqueue(Input input);
 
   void Apply(const Input& input, absl::Time now, Effects* effects);
-  void FeedJoin(const std::string& node, const std::string& value, int64_t revision, absl::Time now,
+  void FeedJoin(const std::string& node, const std::string& value, absl::Time now,
                 Effects* effects);
   void FeedReport(const std::string& node, const std::string& value, absl::Time now,
                   Effects* effects);
@@ -103,7 +103,9 @@ class Leader final : public EtcdLeader {
   // Turns the effects into outbox mail and marks the state for writing.
   void Collect(Effects& effects);
   void Push(const std::string& node, const rdzv::WatchEvent& event);
-  void SetJoinError(const std::string& node, int64_t revision, const absl::Status& status);
+  void SetJoinError(const std::string& node, int64_t seq, const absl::Status& status);
+  // The join the node asked last that was answered or is pending (0: none).
+  int64_t LastJoin(const std::string& node) const;
   EtcdMail& Mail(const std::string& node) {
     dirty_mail_.insert(node);
     gone_mail_.erase(node);
@@ -132,7 +134,7 @@ class Leader final : public EtcdLeader {
   std::map<std::string, EtcdMail> mails_;
   std::set<std::string> dirty_mail_;               // to write
   std::set<std::string> gone_mail_;                // to delete
-  std::map<std::string, int64_t> pending_joins_;   // node -> its join's revision
+  std::map<std::string, int64_t> pending_joins_;   // node -> its join's seq
   std::map<std::string, int64_t> answered_joins_;  // see EtcdJobState
   bool state_dirty_ = false;
   std::string written_status_;
@@ -311,22 +313,23 @@ absl::Status Leader::TakeOver() {
   for (const auto& [node, kv] : nodes) joins.emplace_back(kv->mod_revision(), node);
   std::sort(joins.begin(), joins.end());
   for (const auto& [revision, node] : joins) {
-    auto mail = mails_.find(node);
-    if (mail != mails_.end() && mail->second.join_revision() >= revision) continue;  // answered
+    rdzv::EtcdJoin join;
+    join.ParseFromString(nodes[node]->value());  // FeedJoin says what is wrong with it
     auto decided = answered_joins_.find(node);
-    if (decided != answered_joins_.end() && decided->second == revision) {
+    if (join.seq() > 0 && decided != answered_joins_.end() && decided->second == join.seq() &&
+        LastJoin(node) < join.seq()) {
       // Decided by the last leader, which may not have written it.
       if (std::optional<rdzv::Assignment> assignment =
               state_->AssignmentOf(NodeKey{options_.job_id, node})) {
         EtcdMail& fresh = Mail(node);
-        fresh.set_join_revision(revision);
+        fresh.set_join_seq(join.seq());
         *fresh.mutable_assignment() = *assignment;
         fresh.clear_join_error();
         fresh.set_round(assignment->round());
         continue;
       }
     }
-    FeedJoin(node, nodes[node]->value(), revision, now, &effects);
+    FeedJoin(node, nodes[node]->value(), now, &effects);
   }
   // Events a member may have missed.
   for (const auto& [node, secret] : secrets) {
@@ -356,25 +359,39 @@ absl::Status Leader::TakeOver() {
 
 void Leader::Apply(const Input& input, absl::Time now, Effects* effects) {
   switch (input.kind) {
-    case Input::Kind::kNode:
-      FeedJoin(input.node_id, input.value, input.revision, now, effects);
-      break;
+    case Input::Kind::kNode: FeedJoin(input.node_id, input.value, now, effects); break;
     case Input::Kind::kNodeGone: NodeGone(input.node_id, now, effects); break;
     case Input::Kind::kReport: FeedReport(input.node_id, input.value, now, effects); break;
     case Input::Kind::kWatchEnded: break;
   }
 }
 
-void Leader::FeedJoin(const std::string& node, const std::string& value, int64_t revision,
-                      absl::Time now, Effects* effects) {
-  rdzv::JoinRequest request;
-  if (!request.ParseFromString(value)) {
-    SetJoinError(node, revision,
-                 absl::InvalidArgumentError("the node's join in etcd is not a JoinRequest"));
+int64_t Leader::LastJoin(const std::string& node) const {
+  int64_t last = 0;
+  if (auto pending = pending_joins_.find(node); pending != pending_joins_.end()) {
+    last = pending->second;
+  }
+  if (auto mail = mails_.find(node); mail != mails_.end()) {
+    last = std::max(last, mail->second.join_seq());
+  }
+  return last;
+}
+
+void Leader::FeedJoin(const std::string& node, const std::string& value, absl::Time now,
+                      Effects* effects) {
+  rdzv::EtcdJoin join;
+  if (!join.ParseFromString(value) || join.seq() <= 0) {
+    logger_->warn("job '{}': the join of node {} in etcd is not a muster join; ignored",
+                  options_.job_id, rdzv::ForLog(node));
     return;
   }
+  // The same join written twice (a write retried on another member), or
+  // an older one: answered or pending already.
+  if (join.seq() <= LastJoin(node)) return;
+  const int64_t seq = join.seq();
+  rdzv::JoinRequest& request = *join.mutable_request();
   if (closed_) {
-    SetJoinError(node, revision,
+    SetJoinError(node, seq,
                  absl::FailedPreconditionError(absl::StrCat(
                      "job '", options_.job_id, "' is closed (", closed_->job_closed().reason(),
                      "); start a new job with a different --rdzv-id")));
@@ -387,10 +404,10 @@ void Leader::FeedJoin(const std::string& node, const std::string& value, int64_t
   absl::Status status = secret.status();
   if (status.ok()) status = state_->Join(request, /*peer_addr=*/"", *secret, now, effects);
   if (!status.ok()) {
-    SetJoinError(node, revision, status);
+    SetJoinError(node, seq, status);
     return;
   }
-  pending_joins_[node] = revision;
+  pending_joins_[node] = seq;
 }
 
 void Leader::FeedReport(const std::string& node, const std::string& value, absl::Time now,
@@ -442,9 +459,9 @@ void Leader::NodeGone(const std::string& node, absl::Time now, Effects* effects)
   gone_mail_.insert(node);
 }
 
-void Leader::SetJoinError(const std::string& node, int64_t revision, const absl::Status& status) {
+void Leader::SetJoinError(const std::string& node, int64_t seq, const absl::Status& status) {
   EtcdMail& mail = Mail(node);
-  mail.set_join_revision(revision);
+  mail.set_join_seq(seq);
   mail.clear_assignment();
   *mail.mutable_join_error() = ToEtcdStatus(status);
 }
@@ -462,7 +479,7 @@ void Leader::Collect(Effects& effects) {
     auto pending = pending_joins_.find(key.node_id);
     if (pending == pending_joins_.end()) continue;  // its node is gone
     EtcdMail& mail = Mail(key.node_id);
-    mail.set_join_revision(pending->second);
+    mail.set_join_seq(pending->second);
     mail.clear_join_error();
     mail.set_round(assignment.round());
     *mail.mutable_assignment() = std::move(assignment);
@@ -489,9 +506,9 @@ absl::Status Leader::Flush(absl::Time now) {
   if (state_dirty_) {
     EtcdJobState stored;
     for (JournalRecord& record : state_->Snapshot()) *stored.add_records() = std::move(record);
-    for (const auto& [node, revision] : answered_joins_) {
+    for (const auto& [node, seq] : answered_joins_) {
       if (state_->AssignmentOf(NodeKey{options_.job_id, node})) {
-        (*stored.mutable_answered_joins())[node] = revision;
+        (*stored.mutable_answered_joins())[node] = seq;
       }
     }
     std::string value = stored.SerializeAsString();

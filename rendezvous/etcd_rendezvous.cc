@@ -101,7 +101,7 @@ class EtcdRendezvous final : public rdzv::RendezvousClient {
 
  private:
   struct PendingJoin {
-    int64_t revision = 0;
+    int64_t seq = 0;  // EtcdJoin.seq
     std::function<void(absl::StatusOr<Assignment>)> done;
     absl::Time deadline;
   };
@@ -162,6 +162,8 @@ class EtcdRendezvous final : public rdzv::RendezvousClient {
   void Answer(const EtcdMail& mail, Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnLeaseLost(uint64_t generation, const absl::Status& status);
   void Campaign();
+  // Campaigns again when the leader key, as of `from_revision`, goes.
+  void WatchLeader(int64_t from_revision);
   void StartLeader();
   void OnLeaderEnded(uint64_t generation, const absl::Status& status);
 
@@ -187,9 +189,11 @@ class EtcdRendezvous final : public rdzv::RendezvousClient {
   std::unique_ptr<LeaseKeeper> keeper_;
   std::unique_ptr<EtcdWatch> outbox_watch_;
   std::unique_ptr<EtcdWatch> leader_watch_;
+  std::unique_ptr<EtcdClient> leader_etcd_;  // declared before leader_: it outlives it
   std::unique_ptr<EtcdLeader> leader_;
   int64_t leader_revision_ = 0;
   bool campaigning_ = false;
+  int64_t join_seq_ = 0;
   int64_t report_seq_ = 0;
 };
 
@@ -380,7 +384,7 @@ void EtcdRendezvous::OnOutbox(const mvccpb::Event& event) {
 }
 
 void EtcdRendezvous::Answer(const EtcdMail& mail, Completions* out) {
-  if (join_ && mail.join_revision() == join_->revision) {
+  if (join_ && mail.join_seq() == join_->seq) {
     absl::StatusOr<Assignment> result = mail.assignment();
     if (!mail.has_assignment()) {
       absl::Status refused = FromEtcdStatus(mail.join_error());
@@ -418,8 +422,11 @@ void EtcdRendezvous::DoJoin(const rdzv::JoinRequest& request, absl::Time deadlin
   }
   if (absl::Status status = EnsureLease(); !status.ok()) return done(status);
   if (absl::Status status = EnsureOutboxWatch(); !status.ok()) return done(status);
+  rdzv::EtcdJoin join;
+  join.set_seq(++join_seq_);
+  *join.mutable_request() = request;
   absl::StatusOr<int64_t> written =
-      options_.etcd->Put(keys_.node(node_id_), request.SerializeAsString(), lease_);
+      options_.etcd->Put(keys_.node(node_id_), join.SerializeAsString(), lease_);
   if (!written.ok()) return done(FromEtcd(written.status()));
   Completions completions;
   {
@@ -429,7 +436,7 @@ void EtcdRendezvous::DoJoin(const rdzv::JoinRequest& request, absl::Time deadlin
         old(absl::AbortedError("superseded by a newer join of the same node"));
       });
     }
-    join_ = PendingJoin{*written, std::move(done), deadline};
+    join_ = PendingJoin{join.seq(), std::move(done), deadline};
     // The answer may have come before the join was recorded.
     if (mail_) Answer(*mail_, &completions);
   }
@@ -443,6 +450,14 @@ void EtcdRendezvous::DoJoin(const rdzv::JoinRequest& request, absl::Time deadlin
 void EtcdRendezvous::Campaign() {
   if (lease_ == 0 || leader_) {
     campaigning_ = false;
+    return;
+  }
+  // A read first: where a leader is (the usual case, for all but the first
+  // agent), a read costs etcd no raft proposal, as the transaction would.
+  absl::StatusOr<GetResult> current = options_.etcd->Get(keys_.leader());
+  if (current.ok() && current->kv &&
+      !(current->kv->lease() == lease_ && current->kv->value() == node_id_)) {
+    WatchLeader(current->revision + 1);
     return;
   }
   etcdserverpb::TxnRequest txn;
@@ -477,9 +492,13 @@ void EtcdRendezvous::Campaign() {
       return;
     }
   }
+  WatchLeader(response->header().revision() + 1);
+}
+
+void EtcdRendezvous::WatchLeader(int64_t from_revision) {
   // Another agent leads: take over when its key goes.
   leader_watch_ = options_.etcd->Watch(
-      keys_.leader(), "", response->header().revision() + 1,
+      keys_.leader(), "", from_revision,
       [this](const std::vector<mvccpb::Event>& events, int64_t) {
         for (const mvccpb::Event& event : events) {
           if (event.type() == mvccpb::Event::DELETE) {
@@ -495,8 +514,17 @@ void EtcdRendezvous::StartLeader() {
   logger_->info("this agent leads the rendezvous of job '{}' (elected through {})", options_.job_id,
                 options_.target);
   const uint64_t generation = lease_generation_;
+  if (!leader_etcd_ && options_.leader_etcd) {
+    absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(*options_.leader_etcd);
+    if (client.ok()) {
+      leader_etcd_ = *std::move(client);
+    } else {
+      logger_->warn("the leader's own etcd client: {}; it shares the agent's",
+                    client.status().message());
+    }
+  }
   LeaderOptions leader;
-  leader.client = options_.etcd.get();
+  leader.client = leader_etcd_ ? leader_etcd_.get() : options_.etcd.get();
   leader.job_id = options_.job_id;
   leader.leader_revision = leader_revision_;
   leader.on_end = [this, generation](absl::Status status) {

@@ -18,6 +18,7 @@
 #define MUSTER_RENDEZVOUS_ETCD_RENDEZVOUS_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/time/time.h"
@@ -27,8 +28,13 @@
 namespace muster::etcd {
 
 struct EtcdRendezvousOptions {
-  // The etcd cluster; shared with the leader this agent may become.
+  // The etcd cluster.
   std::shared_ptr<EtcdClient> etcd;
+  // How the leader this agent may become reaches it, if not through `etcd`:
+  // the leader's writes can be large (a round's answers), and a write whose
+  // answer comes after the client's attempt_timeout is never known to have
+  // landed, so the leader's client should wait longer per attempt.
+  std::optional<EtcdOptions> leader_etcd;
   std::string job_id;
   // The TTL of this node's lease: a node whose agent no longer keeps it
   // alive this long is lost (the agent's heartbeat_timeout).

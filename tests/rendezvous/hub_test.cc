@@ -333,6 +333,31 @@ TEST_F(HubJournalTest, AHubStartedAgainOnItsJournalContinuesTheJob) {
   EXPECT_EQ(hub_->Heartbeat(beat).status().code(), absl::StatusCode::kPermissionDenied);
 }
 
+TEST_F(HubJournalTest, AJournalCompactedAsItGrewStillContinuesTheJob) {
+  // Compacts at every change: the file is always a snapshot of the state.
+  StartHub(JournalOptions{.compact_bytes = 1});
+  auto a = Join("a", Request("a", Config(2, 2)));
+  auto b = Join("b", Request("b", Config(2, 2)));
+  absl::StatusOr<Assignment> assigned = a.Wait();
+  ASSERT_TRUE(assigned.ok()) << assigned.status();
+  ASSERT_TRUE(b.Wait().ok());
+  ReportFailureRequest failure;
+  failure.set_job_id("job");
+  failure.set_node_id("a");
+  failure.set_node_secret(assigned->node_secret());
+  failure.set_round(0);
+  ASSERT_TRUE(hub_->ReportFailure(failure).ok());
+  EXPECT_THAT(failures_, IsEmpty());
+
+  StartHub();
+  absl::StatusOr<StatusResponse> status = hub_->Status("job");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), "open");
+  EXPECT_EQ(status->round(), 1);
+  EXPECT_EQ(status->restart_count(), 1);
+  EXPECT_EQ(status->missing_count(), 2) << "both members must come back";
+}
+
 TEST_F(HubJournalTest, WhenTheJournalCannotBeWrittenNothingThatDependsOnItIsDelivered) {
   // Compacts at the first record; where the new file would go is taken.
   StartHub(JournalOptions{.compact_bytes = 1});
