@@ -2,16 +2,31 @@
 """Multi-node figures on loopback: muster against torchrun's c10d, same run.
 
   bench/multinode.py [--muster PATH] [--agents 16] [--skip-torchrun]
+                     [--backend muster|etcd|both]
 
 Restart latency: two agents (--nnodes 2, one worker each, --max-restarts 1);
 rank 1 exits 1 once; the time from that exit until every worker of the next
 attempt has started. Workers are /bin/sh, which stamp the clock themselves.
 Start-up: N agents (--nnodes N, one worker each), from the moment the first
 agent is started until every worker has started.
+
+--backend says which rendezvous the agents use:
+  muster  (the default) muster's c10d rendezvous hosted by an agent, and
+          torchrun's c10d for the ratio (unless --skip-torchrun).
+  etcd    --rdzv-backend etcd on a 3-member etcd cluster on loopback
+          (tests/etcd/cluster.sh, started in a temporary directory for the
+          bench and stopped at its end), and for comparison, in the same run,
+          a musterd (--musterd, started for the bench; agents with
+          --rdzv-conf is_host=0), the same musterd with --state-dir (it syncs
+          its journal, as etcd syncs its log), and the hosting agent.
+  both    all of them.
+The etcd cluster and the musterds serve every run of the bench, each run a
+job of its own (--rdzv-id); they are up before the timed part starts.
 """
 import argparse
 import contextlib
 import glob
+import itertools
 import os
 import socket
 import subprocess
@@ -22,6 +37,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TORCHRUN = ["/usr/bin/python3", os.path.join(ROOT, "tests", "integration", "torchrun.py")]
+CLUSTER = os.path.join(ROOT, "tests", "etcd", "cluster.sh")
+# A job id per run where the rendezvous serves several runs (musterd, etcd).
+_jobs = itertools.count()
 
 # Stamps its start (ns) in DIR/start.<restart>.<rank>.<pid>. With FAIL=1, rank 1
 # of attempt 0 stamps DIR/exit and exits 1 (1.5 s after it started, or at
@@ -60,13 +78,19 @@ def reserved_port():
 
 
 def agent_command(launcher, muster, nnodes, port, job, max_restarts, directory, torch_interval,
-                  conf=""):
-    """conf: more --rdzv-conf KEY=VALUE pairs for muster (token_file=..., TLS files)."""
+                  conf="", endpoint=None):
+    """conf: more --rdzv-conf KEY=VALUE pairs for muster (token_file=..., TLS files).
+    launcher: "muster" (the agent on `port` hosts the rendezvous), "musterd"
+    (a musterd at `endpoint`, HOST:PORT), "etcd" (the etcd members at
+    `endpoint`, HOST:PORT,...) or "torchrun"."""
     worker = ["sh", "-c", WORKER, "worker", directory]
-    if launcher == "muster":
-        rdzv_conf = "last_call_timeout=1" + ("," + conf if conf else "")
-        return [muster, "--nnodes", str(nnodes), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job, "--max-restarts",
+    if launcher in ("muster", "musterd", "etcd"):
+        rdzv_conf = ",".join(filter(None, ["last_call_timeout=1",
+                                           "is_host=0" if launcher == "musterd" else "", conf]))
+        backend = "etcd" if launcher == "etcd" else "c10d"
+        where = f"127.0.0.1:{port}" if launcher == "muster" else endpoint
+        return [muster, "--nnodes", str(nnodes), "--nproc-per-node", "1", "--rdzv-backend", backend,
+                "--rdzv-endpoint", where, "--rdzv-id", job, "--max-restarts",
                 str(max_restarts), "--rdzv-conf", rdzv_conf, "--no-python", *worker]
     extra = ["--monitor_interval", str(torch_interval)] if torch_interval else []
     return TORCHRUN + ["--nnodes", str(nnodes), "--nproc_per_node", "1", "--rdzv_backend", "c10d",
@@ -108,20 +132,26 @@ def stamps(directory, pattern):
     return out
 
 
-def restart_latency(launcher, muster, torch_interval=None):
-    return restart_run(launcher, muster, torch_interval)[0]
+def restart_latency(launcher, muster, torch_interval=None, endpoint=None):
+    return restart_run(launcher, muster, torch_interval, endpoint=endpoint)[0]
+
+
+def job_id(name, endpoint):
+    """`name`, made unique per run where one rendezvous serves many runs."""
+    return name if endpoint is None else f"{name}-{os.getpid()}-{next(_jobs)}"
 
 
 def restart_run(launcher, muster, torch_interval=None, fail_after=None, log_dir=None, env=None,
-                timeout=120, conf=""):
+                timeout=120, conf="", endpoint=None):
     """One restart: (latency in ms, when rank 1 failed in s after the agents
     started). fail_after: seconds after the agents start at which rank 1
     fails (default: 1.5 s after it starts). env: extra variables for the
-    agents."""
+    agents. endpoint: where a rendezvous that is not an agent's is (musterd, etcd)."""
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as d, reserved_port() as port:
         env = dict(os.environ, FAIL="1", SLEEP="0.5", OMP_NUM_THREADS="1", **(env or {}))
-        commands = [agent_command(launcher, muster, 2, port, "restart", 1, d, torch_interval, conf)
-                    for _ in range(2)]
+        job = job_id("restart", endpoint)
+        commands = [agent_command(launcher, muster, 2, port, job, 1, d, torch_interval, conf,
+                                  endpoint) for _ in range(2)]
         if fail_after is not None:
             env["FAIL_AT"] = str(time.time_ns() + int(fail_after * 1e9))
         began, codes = run_agents(commands, env, timeout=timeout, log_dir=log_dir)
@@ -140,11 +170,12 @@ def restart_run(launcher, muster, torch_interval=None, fail_after=None, log_dir=
         return (max(first.values()) - exit_ns) / 1e6, (exit_ns - began) / 1e9
 
 
-def startup(launcher, muster, agents, torch_interval=None, conf=""):
+def startup(launcher, muster, agents, torch_interval=None, conf="", endpoint=None):
     with tempfile.TemporaryDirectory(prefix="muster-bench-") as d, reserved_port() as port:
         env = dict(os.environ, FAIL="0", SLEEP="0.5", OMP_NUM_THREADS="1")
-        commands = [agent_command(launcher, muster, agents, port, "startup", 0, d, torch_interval,
-                                  conf) for _ in range(agents)]
+        job = job_id("startup", endpoint)
+        commands = [agent_command(launcher, muster, agents, port, job, 0, d, torch_interval,
+                                  conf, endpoint) for _ in range(agents)]
         began, codes = run_agents(commands, env, timeout=300)
         if any(codes):
             sys.exit(f"{launcher}: agents exited {codes}")
@@ -154,13 +185,135 @@ def startup(launcher, muster, agents, torch_interval=None, conf=""):
         return (max(started.values()) - began) / 1e6
 
 
+@contextlib.contextmanager
+def etcd_cluster():
+    """A 3-member etcd cluster (tests/etcd/cluster.sh) in a temporary
+    directory: yields its members, "127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2".
+    Stopped on the way out, whatever happened (and by the script's watchdog
+    if the bench itself is killed)."""
+    with tempfile.TemporaryDirectory(prefix="muster-bench-etcd-") as d:
+        try:
+            started = subprocess.run([CLUSTER, "start", d], capture_output=True, text=True,
+                                     timeout=120, stdin=subprocess.DEVNULL,
+                                     env=dict(os.environ, ETCD_CLUSTER_OWNER_PID=str(os.getpid())))
+            if started.returncode != 0:
+                sys.exit(f"the etcd cluster did not start:\n{started.stdout}{started.stderr}")
+            with open(os.path.join(d, "endpoints")) as f:
+                yield f.read().strip()
+        finally:
+            subprocess.run([CLUSTER, "stop", d], capture_output=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+
+
+@contextlib.contextmanager
+def musterd_server(musterd, durable=False):
+    """A musterd on a reserved loopback port (with --state-dir in a
+    temporary directory if `durable`): yields "127.0.0.1:PORT" once it
+    serves; stopped (SIGTERM, then SIGKILL) on the way out."""
+    with tempfile.TemporaryDirectory(prefix="muster-bench-musterd-") as d, \
+            reserved_port() as port:
+        command = [musterd, "--listen", "127.0.0.1", "--port", str(port)]
+        if durable:
+            command += ["--state-dir", os.path.join(d, "state")]
+        out_path, err_path = os.path.join(d, "out"), os.path.join(d, "err")
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 15
+            while True:
+                with open(out_path) as f:
+                    if "serving rendezvous on" in f.read():
+                        break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    with open(err_path) as f:
+                        sys.exit(f"musterd did not serve (exit {proc.poll()}): {f.read()[-2000:]}")
+                time.sleep(0.02)
+            yield f"127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
+def spread(values, digits):
+    values = sorted(values)
+    return f"{values[0]:.{digits}f}-{values[-1]:.{digits}f}"
+
+
+# The rendezvous the agents of each row use, with --backend etcd or both:
+# (name, label).
+SERVED = [("muster", "muster, an agent hosts c10d"),
+          ("musterd", "muster, musterd"),
+          ("musterd-durable", "muster, musterd --state-dir"),
+          ("etcd", "muster, etcd (3 members)")]
+
+
+def run_served(args, endpoints):
+    """The rows of SERVED, runs interleaved (run 1 of each, then run 2 of
+    each...) so that the machine's load drifts over all of them alike."""
+    restart = {name: [] for name, _ in SERVED}
+    start = {name: [] for name, _ in SERVED}
+    for _ in range(args.runs):
+        for name, _ in SERVED:
+            launcher = "musterd" if name == "musterd-durable" else name
+            restart[name].append(restart_latency(launcher, args.muster, endpoint=endpoints[name]))
+    for _ in range(args.runs):
+        for name, _ in SERVED:
+            launcher = "musterd" if name == "musterd-durable" else name
+            start[name].append(startup(launcher, args.muster, args.agents,
+                                       endpoint=endpoints[name]))
+
+    def table(title, runs, digits, goal_ms):
+        print(title)
+        base = median(runs["musterd"])
+        for name, label in SERVED:
+            m = median(runs[name])
+            ratio = f"  etcd/this {median(runs['etcd']) / m:5.1f}x" if name != "etcd" else ""
+            print(f"  {label:32s}{m:8.{digits}f} ms  ({spread(runs[name], digits)}; all: "
+                  f"{', '.join(f'{r:.{digits}f}' for r in runs[name])}){ratio}")
+        e = median(runs["etcd"])
+        goal = "" if goal_ms is None else (
+            f"; goal over etcd (issue 12) at most {goal_ms} ms: "
+            f"{'met' if e <= goal_ms else 'missed'} ({e:.{digits}f} ms)")
+        print(f"  ratio etcd/musterd {e / base:.2f}x{goal}")
+
+    table(f"restart latency, 2 agents on loopback (median of {args.runs})", restart, 1, 150)
+    table(f"start-up, {args.agents} agents on loopback until every worker runs (median of "
+          f"{args.runs})", start, 0, 1000 if args.agents == 16 else None)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--muster", default=os.path.join(ROOT, "build", "launcher", "muster"))
+    parser.add_argument("--musterd", default=os.path.join(ROOT, "build", "rendezvous", "musterd"))
     parser.add_argument("--agents", type=int, default=16)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--skip-torchrun", action="store_true")
+    parser.add_argument("--backend", choices=["muster", "etcd", "both"], default="muster",
+                        help="muster: the hosting agent (and torchrun); etcd: etcd, musterd and "
+                             "the hosting agent; both: all")
     args = parser.parse_args()
+
+    if args.backend in ("etcd", "both"):
+        with contextlib.ExitStack() as stack:
+            endpoints = {"muster": None,
+                         "musterd": stack.enter_context(musterd_server(args.musterd)),
+                         "musterd-durable": stack.enter_context(
+                             musterd_server(args.musterd, durable=True)),
+                         "etcd": stack.enter_context(etcd_cluster())}
+            print(f"etcd members {endpoints['etcd']}; musterd {endpoints['musterd']}, "
+                  f"with --state-dir {endpoints['musterd-durable']}", flush=True)
+            run_served(args, endpoints)
+        if args.backend == "etcd":
+            return
 
     runs = sorted(restart_latency("muster", args.muster) for _ in range(args.runs))
     m = runs[len(runs) // 2]

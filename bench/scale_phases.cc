@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "bench/proc_stats.h"
 #include "rendezvous/hub.h"
+#include "rendezvous/journal.h"
 
 namespace muster::rdzv::scale {
 namespace {
@@ -276,11 +279,235 @@ void LivenessPhase(const RunConfig& config, const Fleet& fleet, int64_t round,
   Mark(config, "heartbeat-end");
 }
 
+void RestartRoundPhase(const RunConfig& config, const ServerUnderTest& server, Fleet* fleet,
+                       int64_t round, WatchSet* watches, RunResult* result) {
+  if (!config.restart_round || !result->error.empty()) return;
+  const int n = config.nodes;
+  // What the watch hook and the rejoins' callbacks record; shared, so that
+  // a late callback of theirs never outlives it.
+  struct Tally {
+    explicit Tally(int n) : changed_to(n, -1), changed_at(n) {}
+    Countdown rejoins;
+    std::vector<int64_t> changed_to;  // by node: the round its RoundChanged named
+    std::vector<SteadyClock::time_point> changed_at;
+    std::atomic<int> unexpected{0};
+    absl::Mutex mu;
+    std::string first_problem ABSL_GUARDED_BY(mu);
+    void Problem(const std::string& what) {
+      unexpected.fetch_add(1);
+      absl::MutexLock lock(&mu);
+      if (first_problem.empty()) first_problem = what;
+    }
+  };
+  auto tally = std::make_shared<Tally>(n);
+  tally->rejoins.Add(n);
+  const absl::Time deadline = absl::Now() + config.timeout;
+  // As an agent: the round moved on, so it joins again with its secret (an
+  // agent first stops its workers); its watch stream stays open, and goes
+  // on to the new round.
+  watches->SetOnEvent([tally, fleet, deadline](int node, const WatchEvent& event) {
+    if (!event.has_round_changed()) {
+      tally->Problem(absl::StrCat("node ", node, " got a watch event that is no RoundChanged"));
+      return;
+    }
+    if (fleet->nodes[node]->rejoining.exchange(true)) {
+      tally->Problem(absl::StrCat("node ", node, " was told twice that the round moved on"));
+      return;
+    }
+    tally->changed_at[node] = SteadyClock::now();
+    tally->changed_to[node] = event.round_changed().new_round();
+    if (event.round_changed().reason() != RoundChanged::WORKER_FAILED) {
+      tally->Problem(absl::StrCat("node ", node, " was told the round moved on for reason ",
+                                  event.round_changed().reason(), ", not a worker's failure"));
+    }
+    SendRejoin(deadline, fleet, node, [tally](int) { tally->rejoins.Done(); });
+  });
+
+  struct Report {
+    grpc::ClientContext context;
+    ReportFailureRequest request;
+    ReportFailureResponse response;
+    grpc::Status status;
+    SteadyClock::time_point answered;
+    Countdown pending;
+  };
+  auto report = std::make_shared<Report>();
+  const SimNode& reporter = *fleet->nodes[0];
+  report->request.set_job_id(reporter.join.job_id());
+  report->request.set_node_id(reporter.join.node().node_id());
+  report->request.set_round(round);
+  report->request.set_node_secret(reporter.assignment().node_secret());
+  Failure* failure = report->request.mutable_failure();
+  failure->set_rank(reporter.assignment().rank_base());
+  failure->set_local_rank(0);
+  failure->set_host(reporter.join.node().host());
+  failure->set_pid(4242);
+  failure->set_exit_code(1);
+  failure->set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+  failure->set_message("rdzv_scale --restart-round: a simulated worker failure");
+  report->context.set_deadline(absl::ToChronoTime(deadline));
+  report->pending.Add(1);
+
+  Mark(config, "restart-round-start");
+  const absl::StatusOr<double> cpu_start = ProcessCpuSeconds(server.pid());
+  const double client_cpu_start = SelfCpuSeconds();
+  const SteadyClock::time_point start = SteadyClock::now();
+  fleet->stub(0)->async()->ReportFailure(&report->context, &report->request, &report->response,
+                                         [report](grpc::Status status) {
+                                           report->answered = SteadyClock::now();
+                                           report->status = std::move(status);
+                                           report->pending.Done();
+                                         });
+  const bool all_rejoined = tally->rejoins.WaitUntil(deadline + absl::Seconds(5));
+  Mark(config, "restart-round-end");
+  const absl::StatusOr<double> cpu_end = ProcessCpuSeconds(server.pid());
+  if (cpu_start.ok() && cpu_end.ok()) {
+    result->restart_server_cpu_ms = 1000 * (*cpu_end - *cpu_start);
+  }
+  result->restart_client_cpu_ms = 1000 * (SelfCpuSeconds() - client_cpu_start);
+  if (!report->pending.WaitUntil(absl::Now() + absl::Seconds(10))) {
+    std::fprintf(stderr, "rdzv_scale: the failure report never ended\n");
+    std::_Exit(2);
+  }
+  int told = n;
+  if (!all_rejoined) {
+    // Nodes never told: claimed here, so no rejoin of theirs starts; those
+    // told are cancelled.
+    for (int i = 0; i < n; ++i) {
+      if (!fleet->nodes[i]->rejoining.exchange(true)) {
+        --told;
+        tally->rejoins.Done();
+      } else {
+        fleet->nodes[i]->rejoin_context.TryCancel();
+      }
+    }
+    if (!tally->rejoins.WaitUntil(absl::Now() + absl::Seconds(10))) {
+      std::fprintf(stderr, "rdzv_scale: %d rejoins never ended, even cancelled\n",
+                   tally->rejoins.left());
+      std::_Exit(2);  // contexts are still in gRPC's hands: they cannot be freed
+    }
+  }
+  watches->SetOnEvent(nullptr);
+  result->expected_watch_events = n;
+
+  if (report->status.ok()) result->report_answered_ms = MsSince(start, report->answered);
+  SteadyClock::time_point last_changed = start, last_rejoin = start;
+  for (int i = 0; i < n; ++i) {
+    if (tally->changed_to[i] >= 0) last_changed = std::max(last_changed, tally->changed_at[i]);
+    last_rejoin = std::max(last_rejoin, fleet->nodes[i]->rejoin_answered);
+  }
+  result->last_round_changed_ms = MsSince(start, last_changed);
+  if (!report->status.ok()) {
+    result->error = absl::StrCat("the failure report failed: ", report->status.error_message());
+    return;
+  }
+  if (!all_rejoined) {
+    result->error = absl::StrCat("restart round: ", told, " of ", n,
+                                 " nodes were told the round moved on, and not all of them had "
+                                 "their new assignment within the timeout");
+    return;
+  }
+  result->last_rejoin_ms = MsSince(start, last_rejoin);
+  {
+    absl::MutexLock lock(&tally->mu);
+    if (!tally->first_problem.empty()) {
+      result->error = absl::StrCat("restart round: ", tally->unexpected.load(),
+                                   " unexpected watch events; first: ", tally->first_problem);
+      return;
+    }
+  }
+  const int64_t new_round = tally->changed_to[0];
+  for (int i = 0; i < n; ++i) {
+    if (tally->changed_to[i] != new_round) {
+      result->error = absl::StrCat("restart round: node ", i, " was told round ",
+                                   tally->changed_to[i], ", node 0 round ", new_round);
+      return;
+    }
+  }
+  if (new_round <= round) {
+    result->error = absl::StrCat("restart round: told round ", new_round, " after round ", round);
+    return;
+  }
+  if (absl::Status rejoined = CheckRejoins(*fleet, new_round, 1); !rejoined.ok()) {
+    result->error = absl::StrCat("restart round: ", rejoined.message());
+  }
+}
+
+void ServerRestartPhase(const RunConfig& config, ServerUnderTest* server, const Fleet& fleet,
+                        WatchSet* watches, RunResult* result) {
+  if (!config.server_restart || !result->error.empty()) return;
+  const int n = config.nodes;
+  const Assignment& before = fleet.nodes[0]->assignment();
+  const int64_t round = before.round();
+  const int restart_count = before.restart_count();
+  // The agents' side of the outage: each node opens its watch again
+  // watch_retry after it ended, until one starts. The server is killed
+  // while this runs, so it sees every stream end.
+  const int reopened_before = watches->reopened();
+  std::atomic<bool> stop{false};
+  std::thread reopener([&] {
+    const absl::Time end = absl::Now() + config.timeout + absl::Seconds(5);
+    while (!stop.load() && absl::Now() < end) {
+      watches->ReopenEnded(fleet, round, config.watch_retry);
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  });
+  Mark(config, "server-restart-start");
+  RestartTimes times;
+  const absl::Status restarted = server->KillAndRestart(&times);
+  int started = 0;
+  SteadyClock::time_point first = times.spawned, last = times.spawned;
+  if (restarted.ok()) {
+    const absl::Time end = absl::Now() + config.timeout;
+    while (absl::Now() < end) {
+      started = watches->StartedSince(times.spawned, &first, &last);
+      if (started == n) break;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  stop.store(true);
+  reopener.join();
+  Mark(config, "server-restart-end");
+  result->rewatch_opens = watches->reopened() - reopened_before;
+  result->rewatch_failed = watches->ReopenedFailed(&result->rewatch_failure);
+  if (!restarted.ok()) {
+    result->error = absl::StrCat("server restart: ", restarted.message());
+    return;
+  }
+  result->kill_to_spawn_ms = MsSince(times.killed, times.spawned);
+  result->restart_listening_ms = MsSince(times.spawned, times.listening);
+  if (started != n) {
+    result->error = absl::StrCat("server restart: only ", started, " of ", n,
+                                 " watch streams started again within the timeout");
+    return;
+  }
+  result->first_rewatch_ms = MsSince(times.spawned, first);
+  result->last_rewatch_ms = MsSince(times.spawned, last);
+
+  // The job as the new server has it: the same round and restart count.
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  StatusRequest request;
+  request.set_job_id(fleet.nodes[0]->join.job_id());
+  StatusResponse response;
+  const grpc::Status status = fleet.stub(0)->Status(&context, request, &response);
+  if (!status.ok()) {
+    result->error = absl::StrCat("server restart: Status failed: ", status.error_message());
+  } else if (response.round() != round || response.restart_count() != restart_count ||
+             response.state() != "running" || response.participants() != n) {
+    result->error =
+        absl::StrCat("server restart: the job is ", response.state(), " in round ",
+                     response.round(), " (restart ", response.restart_count(), ", ",
+                     response.participants(), " participants); before the kill it ran round ",
+                     round, " (restart ", restart_count, ", ", n, " participants)");
+  }
+}
+
 void CloseWatchesPhase(const RunConfig& config, WatchSet* watches, RunResult* result) {
   result->watch_events = watches->events();
-  if (result->error.empty() && result->watch_events != 0) {
-    result->error =
-        absl::StrCat(result->watch_events, " unexpected watch events (the round moved on)");
+  if (result->error.empty() && result->watch_events != result->expected_watch_events) {
+    result->error = absl::StrCat(result->watch_events - result->expected_watch_events,
+                                 " unexpected watch events (the round moved on)");
   }
   if (!config.watch) return;
   // Every stream should still be open: the server ends one only when the job moves on.
@@ -294,13 +521,23 @@ void CloseWatchesPhase(const RunConfig& config, WatchSet* watches, RunResult* re
   }
 }
 
-absl::StatusOr<double> HubOnlyJoinMs(int n, absl::Duration timeout) {
+absl::StatusOr<double> HubOnlyJoinMs(int n, absl::Duration timeout, const std::string& state_dir) {
   std::vector<JoinRequest> requests;
   requests.reserve(n);
   for (int i = 0; i < n; ++i) {
     requests.push_back(NodeJoinRequest(absl::StrCat("hub-only-", n), n, i, timeout));
   }
-  RendezvousHub hub;
+  HubOptions options;
+  if (!state_dir.empty()) {
+    Replayed replayed;
+    absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(state_dir, &replayed);
+    if (!journal.ok()) return journal.status();
+    options.journal = *std::move(journal);
+    options.on_journal_failure = [](const absl::Status& status) {
+      std::fprintf(stderr, "rdzv_scale: the hub's journal failed: %s\n", status.ToString().c_str());
+    };
+  }
+  RendezvousHub hub(std::move(options));
   Countdown pending;
   pending.Add(n);
   std::atomic<int> ok{0};

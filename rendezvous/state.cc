@@ -302,8 +302,7 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
     if (!job.joined.contains(info.node_id()) && !job.expected.contains(info.node_id())) {
       // A member rejoining a restart round keeps its seat: a newcomer takes
       // only a seat no member holds.
-      int held = 0;
-      for (const std::string& id : job.expected) held += job.joined.contains(id) ? 0 : 1;
+      const int held = static_cast<int>(job.not_back.size());
       if (static_cast<int>(job.joined.size()) + held >= job.config.max_nodes()) {
         job.waiting.insert(info.node_id());
         effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
@@ -317,6 +316,7 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
       effects->rearm_timer = true;
     }
     job.joined.insert(info.node_id());
+    job.not_back.erase(info.node_id());
     MaybeComplete(job, now, effects);
     return absl::OkStatus();
   }
@@ -559,11 +559,7 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
     if (job.phase == Phase::kOpen && !job.joined.empty() &&
         static_cast<int>(job.joined.size()) < job.config.min_nodes() &&
         now - job.open_since >= absl::Milliseconds(job.config.join_timeout_ms())) {
-      std::set<std::string> missing;
-      for (const std::string& node_id : job.expected) {
-        if (!job.joined.contains(node_id)) missing.insert(node_id);
-      }
-      std::vector<std::string> names = DescribeNodes(job, missing);
+      std::vector<std::string> names = DescribeNodes(job, job.not_back);
       for (const std::string& host : job.lost) names.push_back(absl::StrCat(host, " (lost)"));
       std::string missing_names = absl::StrJoin(
           names.begin(), names.begin() + std::min(names.size(), kMaxNamedNodes), ", ");
@@ -629,14 +625,11 @@ absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id,
       response.set_last_call_remaining_ms(
           std::max<int64_t>(0, absl::ToInt64Milliseconds(*job.last_call_deadline - *now)));
     }
-    int missing = 0;
-    for (const std::string& node_id : job.expected) {
-      if (job.joined.contains(node_id)) continue;
-      if (++missing <= static_cast<int>(kMaxNamedNodes)) {
-        response.add_missing(job.nodes.at(node_id).info.host());  // each kMaxHostLength at most
-      }
+    for (const std::string& node_id : job.not_back) {
+      if (response.missing_size() == static_cast<int>(kMaxNamedNodes)) break;
+      response.add_missing(job.nodes.at(node_id).info.host());  // each kMaxHostLength at most
     }
-    response.set_missing_count(missing);
+    response.set_missing_count(static_cast<int>(job.not_back.size()));
   }
   return response;
 }
@@ -683,9 +676,7 @@ void RendezvousState::MaybeComplete(Job& job, absl::Time now, Effects* effects) 
     return;
   }
   // A restart round is done as soon as everyone who was there is back.
-  if (!job.expected.empty() &&
-      std::all_of(job.expected.begin(), job.expected.end(),
-                  [&job](const std::string& id) { return job.joined.contains(id); })) {
+  if (!job.expected.empty() && job.not_back.empty()) {
     CompleteRound(job, now, effects);
     return;
   }
@@ -708,10 +699,7 @@ void RendezvousState::MaybeComplete(Job& job, absl::Time now, Effects* effects) 
 
 void RendezvousState::SeatSpares(Job& job, bool hold_for_expected, absl::Time now) {
   if (job.waiting.empty()) return;
-  int held = 0;
-  if (hold_for_expected) {
-    for (const std::string& id : job.expected) held += job.joined.contains(id) ? 0 : 1;
-  }
+  const int held = hold_for_expected ? static_cast<int>(job.not_back.size()) : 0;
   const int free = job.config.max_nodes() - static_cast<int>(job.joined.size()) - held;
   if (free <= 0) return;
   std::vector<const std::string*> spares;
@@ -726,6 +714,7 @@ void RendezvousState::SeatSpares(Job& job, bool hold_for_expected, absl::Time no
   for (const std::string& id : seated) {
     job.waiting.erase(id);
     job.joined.insert(id);
+    job.not_back.erase(id);
   }
 }
 
@@ -762,6 +751,7 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
   job.phase = Phase::kRunning;
   job.joined.clear();
   job.expected.clear();
+  job.not_back.clear();
   job.done.clear();
   job.lost.clear();
   job.last_call_deadline.reset();
@@ -798,12 +788,14 @@ void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
   job.last_call_deadline.reset();
   job.done.clear();
   job.expected.clear();
+  job.not_back.clear();
   job.joined.clear();
   const WatchEvent event = RoundChangedEvent(job.round, reason, detail);
   job.last_round_change = event;
   Record(effects, RoundOpenedRecord(job.id, job.round, job.restart_count, event));
   for (const std::string& node_id : job.participants) {
     job.expected.insert(node_id);
+    job.not_back.insert(node_id);
     effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
   }
   job.participants.clear();
@@ -812,6 +804,7 @@ void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
   for (auto it = job.waiting.begin(); it != job.waiting.end();) {
     if (job.expected.contains(*it)) {
       job.joined.insert(*it);
+      job.not_back.erase(*it);
       it = job.waiting.erase(it);
     } else {
       ++it;
@@ -857,6 +850,7 @@ void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
   job.joined.clear();
   job.waiting.clear();
   job.expected.clear();
+  job.not_back.clear();
   job.last_call_deadline.reset();
   effects->log.push_back(absl::StrCat("job '", job.id, "' closed, ",
                                       succeeded ? "succeeded" : "failed", ": ", job.close_reason));
@@ -880,6 +874,7 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   job.lost.push_back(host);
   job.waiting.erase(node_id);
   job.expected.erase(node_id);
+  job.not_back.erase(node_id);
   const bool was_done = job.done.erase(node_id) > 0;
   const std::string detail = absl::StrCat("node ", host, " ", why);
   if (job.joined.erase(node_id) > 0) {
@@ -1004,7 +999,8 @@ absl::Status RendezvousState::Restore(const JournalRecord& record, absl::Time no
       job->joined.clear();
       job->waiting.clear();
       job->expected.clear();
-      for (const std::string& node_id : job->participants) job->expected.insert(node_id);
+      job->expected.insert(job->participants.begin(), job->participants.end());
+      job->not_back = job->expected;
       job->participants.clear();
       job->last_round_change = opened.event();
       break;
@@ -1020,6 +1016,7 @@ absl::Status RendezvousState::Restore(const JournalRecord& record, absl::Time no
       job->nodes.erase(node);
       if (job->nodes.empty()) job->empty_since = now;
       job->expected.erase(removed.node_id());
+      job->not_back.erase(removed.node_id());
       job->done.erase(removed.node_id());
       std::erase(job->participants, removed.node_id());
       break;
@@ -1055,6 +1052,7 @@ absl::Status RendezvousState::Restore(const JournalRecord& record, absl::Time no
       job.joined.clear();
       job.waiting.clear();
       job.expected.clear();
+      job.not_back.clear();
       job.last_call_deadline.reset();
       closed_order_.emplace_back(now, job.id);
       break;

@@ -253,6 +253,7 @@ class RendezvousState {
     std::set<std::string> joined;           // open round: joins pending
     std::set<std::string> waiting;          // joined while the round was running
     std::set<std::string> expected;         // open restart round: who must rejoin
+    std::set<std::string> not_back;         // of `expected`, who has not joined yet
     std::set<std::string> done;             // running round: nodes whose workers all succeeded
     std::vector<std::string> lost;          // hosts lost since the last round formed
     int64_t live_workers = 0;               // sum of local_world_size over `nodes`
