@@ -502,6 +502,28 @@ class Cluster {
   std::string token_ ABSL_GUARDED_BY(mu_);
 };
 
+// Ends a keeper's or a watcher's streams, as its destructor must: no new
+// stream opens (`*stopping`), the current one is cancelled, no timer runs
+// any more, and it returns once every stream's OnDone has finished
+// (`*streams` back to 0). `stopping`, `current` and `streams` are guarded
+// by `mu`.
+template <typename Stream>
+void StopStreams(absl::Mutex& mu, bool* stopping, std::shared_ptr<Stream>* current, Timers& timers,
+                 int* streams) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::shared_ptr<Stream> stream;
+  {
+    absl::MutexLock lock(&mu);
+    *stopping = true;
+    stream = *current;
+  }
+  if (stream) stream->Cancel();
+  stream.reset();
+  timers.Shutdown();
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(
+      +[](int* left) { return *left == 0; }, streams));
+}
+
 // ---------------------------------------------------------------- leases
 
 class Keeper final : public LeaseKeeper {
@@ -651,20 +673,7 @@ class Keeper::Stream final
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-Keeper::~Keeper() {
-  std::shared_ptr<Stream> stream;
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    stream = stream_;
-  }
-  if (stream) stream->Cancel();
-  stream.reset();
-  timers_.Shutdown();
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int* streams) { return *streams == 0; }, &streams_));
-}
+Keeper::~Keeper() { StopStreams(mu_, &stopping_, &stream_, timers_, &streams_); }
 
 void Keeper::Open() {
   const int index = cluster_->Current();
@@ -892,20 +901,7 @@ class Watcher::Stream final : public grpc::ClientBidiReactor<WatchRequest, Watch
   WatchResponse response_;
 };
 
-Watcher::~Watcher() {
-  std::shared_ptr<Stream> stream;
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    stream = stream_;
-  }
-  if (stream) stream->Cancel();
-  stream.reset();
-  timers_.Shutdown();
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int* streams) { return *streams == 0; }, &streams_));
-}
+Watcher::~Watcher() { StopStreams(mu_, &stopping_, &stream_, timers_, &streams_); }
 
 void Watcher::Open() {
   const int index = cluster_->Current();

@@ -391,10 +391,7 @@ void Leader::FeedJoin(const std::string& node, const std::string& value, absl::T
   const int64_t seq = join.seq();
   rdzv::JoinRequest& request = *join.mutable_request();
   if (closed_) {
-    SetJoinError(node, seq,
-                 absl::FailedPreconditionError(absl::StrCat(
-                     "job '", options_.job_id, "' is closed (", closed_->job_closed().reason(),
-                     "); start a new job with a different --rdzv-id")));
+    SetJoinError(node, seq, rdzv::JoinToClosedJob(options_.job_id, closed_->job_closed().reason()));
     return;
   }
   // The key names the node and the job, whatever the value says.

@@ -16,6 +16,7 @@
 #include "rendezvous/etcd_keys.h"
 #include "rendezvous/etcd_leader.h"
 #include "rendezvous/etcd_status.h"
+#include "rendezvous/state.h"
 
 namespace muster::etcd {
 namespace {
@@ -156,6 +157,8 @@ class EtcdRendezvous final : public rdzv::RendezvousClient {
   // The job's closed key, if it has one: how it ended.
   absl::StatusOr<std::optional<WatchEvent>> ReadClosed();
   absl::Status EnsureLease();
+  // Keeps lease_ alive, a new keeper in keeper_; OnLeaseLost if it cannot.
+  void KeepLeaseAlive();
   absl::Status EnsureOutboxWatch();
   void OnOutbox(const mvccpb::Event& event);
   // Completes what `mail` answers. REQUIRES: mu_ held.
@@ -294,12 +297,17 @@ absl::Status EtcdRendezvous::EnsureLease() {
   absl::StatusOr<int64_t> lease = options_.etcd->GrantLease(options_.lease_ttl);
   if (!lease.ok()) return FromEtcd(lease.status());
   lease_ = *lease;
-  const uint64_t generation = ++lease_generation_;
+  ++lease_generation_;
+  KeepLeaseAlive();
+  return absl::OkStatus();
+}
+
+void EtcdRendezvous::KeepLeaseAlive() {
+  const uint64_t generation = lease_generation_;
   keeper_ =
       options_.etcd->KeepAlive(lease_, options_.lease_ttl, [this, generation](absl::Status status) {
         Post([this, generation, status] { OnLeaseLost(generation, status); });
       });
-  return absl::OkStatus();
 }
 
 void EtcdRendezvous::OnLeaseLost(uint64_t generation, const absl::Status& status) {
@@ -309,10 +317,7 @@ void EtcdRendezvous::OnLeaseLost(uint64_t generation, const absl::Status& status
     // necessarily the lease (etcd renews every lease when it elects a
     // leader). Keep it alive again; only etcd saying it is gone ends it.
     logger_->debug("keeping this node's etcd lease alive again ({})", status.message());
-    keeper_ =
-        options_.etcd->KeepAlive(lease_, options_.lease_ttl, [this, generation](absl::Status lost) {
-          Post([this, generation, lost] { OnLeaseLost(generation, lost); });
-        });
+    KeepLeaseAlive();
     return;
   }
   logger_->warn(
@@ -415,11 +420,8 @@ void EtcdRendezvous::DoJoin(const rdzv::JoinRequest& request, absl::Time deadlin
   node_id_ = request.node().node_id();
   absl::StatusOr<std::optional<WatchEvent>> closed = ReadClosed();
   if (!closed.ok()) return done(closed.status());
-  if (*closed) {
-    return done(absl::FailedPreconditionError(
-        absl::StrCat("job '", options_.job_id, "' is closed (", (*closed)->job_closed().reason(),
-                     "); start a new job with a different --rdzv-id")));
-  }
+  if (*closed)
+    return done(rdzv::JoinToClosedJob(options_.job_id, (*closed)->job_closed().reason()));
   if (absl::Status status = EnsureLease(); !status.ok()) return done(status);
   if (absl::Status status = EnsureOutboxWatch(); !status.ok()) return done(status);
   rdzv::EtcdJoin join;

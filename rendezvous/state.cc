@@ -115,6 +115,11 @@ std::string CutText(absl::string_view text, size_t max_bytes) {
   return absl::StrCat(text.substr(0, keep), "... [cut: ", text.size() - keep, " bytes]");
 }
 
+absl::Status JoinToClosedJob(absl::string_view job_id, absl::string_view reason) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job '", job_id, "' is closed (", reason, "); start a new job with a different --rdzv-id"));
+}
+
 absl::Status ValidateJobId(absl::string_view job_id, size_t max_length) {
   if (job_id.empty()) {
     return absl::InvalidArgumentError(
@@ -233,11 +238,7 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
   Job* existing = FindJob(request.job_id());
   if (existing != nullptr) {
     const Job& job = *existing;
-    if (job.phase == Phase::kClosed) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job '", job.id, "' is closed (", job.close_reason,
-                       "); start a new job with a different --rdzv-id"));
-    }
+    if (job.phase == Phase::kClosed) return JoinToClosedJob(job.id, job.close_reason);
     const JobConfig& want = job.config;
     const JobConfig& got = request.config();
     if (got.min_nodes() != want.min_nodes() || got.max_nodes() != want.max_nodes() ||

@@ -87,6 +87,10 @@ absl::Status ValidateJobId(absl::string_view job_id, size_t max_length = kMaxJob
 // Checks a job's rules: 0 < min <= max <= 65536, 0 <= max_restarts <=
 // 1,000,000, timeouts 0..7 days, heartbeat_timeout at least 1 s.
 absl::Status ValidateJobConfig(const JobConfig& config);
+// Why a join to a closed job is refused (kFailedPrecondition), the same
+// from every rendezvous (musterd, an agent's, etcd's).
+absl::Status JoinToClosedJob(absl::string_view job_id, absl::string_view reason);
+
 // Checks a whole join: the protocol version (kFailedPrecondition when it is
 // not this build's), the job id, its config and the node's fields
 // (kInvalidArgument, naming the field and its bound).

@@ -105,15 +105,11 @@ std::string Prefix() {
                       "/");
 }
 
-// One plaintext cluster for the test process (ctest runs one test per process).
-class EtcdClientTest : public ::testing::Test {
+class EtcdClientTest : public PlaintextClusterTest {
  protected:
-  static void SetUpTestSuite() { cluster_.Start(); }
-  static void TearDownTestSuite() { cluster_.Stop(SuiteFailed()); }
-
   void SetUp() override {
-    if (!cluster_.skip().empty()) GTEST_SKIP() << cluster_.skip();
-    ASSERT_TRUE(cluster_.status().ok()) << cluster_.status();
+    PlaintextClusterTest::SetUp();
+    if (SetUpStopped()) return;
     client_ = NewClient(Options());
     ASSERT_NE(client_, nullptr);
   }
@@ -125,13 +121,6 @@ class EtcdClientTest : public ::testing::Test {
   static absl::StatusOr<std::string> Etcdctl(const std::string& args) {
     return cluster_.Etcdctl(args);
   }
-  static EtcdOptions Options() {
-    EtcdOptions options;
-    options.endpoints = cluster_.endpoints();
-    return options;
-  }
-
-  static inline TestCluster cluster_;
   std::unique_ptr<EtcdClient> client_;
 };
 

@@ -49,17 +49,12 @@ rdzv::JoinRequest JoinOf(const std::string& node, int nodes, int max_restarts = 
   return request;
 }
 
-class EtcdLeaderTest : public ::testing::Test {
+class EtcdLeaderTest : public PlaintextClusterTest {
  protected:
-  static void SetUpTestSuite() { cluster_.Start(); }
-  static void TearDownTestSuite() { cluster_.Stop(SuiteFailed()); }
-
   void SetUp() override {
-    if (!cluster_.skip().empty()) GTEST_SKIP() << cluster_.skip();
-    ASSERT_TRUE(cluster_.status().ok()) << cluster_.status();
-    EtcdOptions options;
-    options.endpoints = cluster_.endpoints();
-    absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(options);
+    PlaintextClusterTest::SetUp();
+    if (SetUpStopped()) return;
+    absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(Options());
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
   }
@@ -129,7 +124,6 @@ class EtcdLeaderTest : public ::testing::Test {
     return ended_;
   }
 
-  static TestCluster cluster_;
   const std::string job_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
   const JobKeys keys_{job_};
   std::unique_ptr<EtcdClient> client_;
@@ -137,8 +131,6 @@ class EtcdLeaderTest : public ::testing::Test {
   absl::Mutex mu_;
   std::vector<absl::Status> ended_ ABSL_GUARDED_BY(mu_);
 };
-
-TestCluster EtcdLeaderTest::cluster_;
 
 TEST_F(EtcdLeaderTest, EachNodeFindsItsAnswerInItsOwnOutbox) {
   StartLeader();

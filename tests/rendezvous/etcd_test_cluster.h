@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "rendezvous/etcd_client.h"
 
 namespace muster::etcd {
 
@@ -121,6 +122,32 @@ inline bool SuiteFailed() {
   const ::testing::TestSuite* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
   return suite != nullptr && suite->Failed();
 }
+
+// A suite on one plaintext cluster for the test process (ctest runs one
+// test per process). A test that derives from it and has a SetUp of its own
+// calls this one first, and returns if it skipped or failed.
+class PlaintextClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_.Start(); }
+  static void TearDownTestSuite() { cluster_.Stop(SuiteFailed()); }
+
+  // Skips the test where etcd is not installed; fails it where the cluster
+  // did not start.
+  void SetUp() override {
+    if (!cluster_.skip().empty()) GTEST_SKIP() << cluster_.skip();
+    ASSERT_TRUE(cluster_.status().ok()) << cluster_.status();
+  }
+  bool SetUpStopped() const { return IsSkipped() || HasFatalFailure(); }
+
+  // A client's options for the cluster.
+  static EtcdOptions Options() {
+    EtcdOptions options;
+    options.endpoints = cluster_.endpoints();
+    return options;
+  }
+
+  static inline TestCluster cluster_;
+};
 
 }  // namespace muster::etcd
 
