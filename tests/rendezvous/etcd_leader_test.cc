@@ -250,6 +250,44 @@ TEST_F(EtcdLeaderTest, ANodeWhoseLeaseEndsIsLostAndTheOthersAreTold) {
   EXPECT_EQ(a.round(), 1);
 }
 
+TEST_F(EtcdLeaderTest, ForgedAndMalformedKeysDoNotDisturbTheJob) {
+  StartLeader();
+  Join("a", 1, 2);
+  Join("b", 1, 2);
+  const rdzv::EtcdMail a = Assigned("a");
+  // Whoever can write to etcd: a join that is not one, one with a field
+  // over its bound, and a failure report for a without a's secret.
+  ASSERT_TRUE(client_->Put(keys_.node("junk"), std::string(64, '\xff')).ok());
+  rdzv::EtcdJoin huge;
+  huge.set_seq(1);
+  *huge.mutable_request() = JoinOf("huge", 2);
+  huge.mutable_request()->mutable_node()->set_host(std::string(1 << 20, 'h'));
+  ASSERT_TRUE(client_->Put(keys_.node("huge"), huge.SerializeAsString()).ok());
+  rdzv::EtcdReport forged;
+  forged.set_seq(1);
+  forged.mutable_failure()->set_node_secret("a guess");
+  forged.mutable_failure()->set_round(0);
+  forged.mutable_failure()->mutable_failure()->set_exit_code(1);
+  Report("a", forged);
+  const rdzv::EtcdMail refused =
+      MailWhen("a", [](const rdzv::EtcdMail& m) { return m.request_seq() == 1; });
+  EXPECT_EQ(refused.request_status().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_FALSE(refused.has_event()) << "the job did not move on";
+  EXPECT_EQ(refused.assignment().SerializeAsString(), a.assignment().SerializeAsString());
+  const rdzv::EtcdMail too_big =
+      MailWhen("huge", [](const rdzv::EtcdMail& m) { return m.join_seq() == 1; });
+  EXPECT_EQ(too_big.join_error().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(too_big.join_error().message(), HasSubstr("host"));
+  absl::StatusOr<GetResult> status = client_->Get(keys_.status());
+  ASSERT_TRUE(status.ok() && status->kv);
+  rdzv::StatusResponse job;
+  ASSERT_TRUE(job.ParseFromString(status->kv->value()));
+  EXPECT_EQ(job.state(), "running");
+  EXPECT_EQ(job.round(), 0);
+  EXPECT_EQ(job.restart_count(), 0);
+  EXPECT_THAT(Ended(), ::testing::IsEmpty()) << "the leader goes on";
+}
+
 TEST_F(EtcdLeaderTest, AClosedJobLeavesOnlyItsClosedKey) {
   StartLeader();
   Join("a", 1, 1);
