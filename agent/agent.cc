@@ -9,11 +9,14 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
 #include "agent/elastic_state.h"
 #include "agent/event_loop.h"
+#include "agent/file_timer.h"
 #include "agent/output.h"
 #include "agent/worker_group.h"
 #include "common/log.h"
@@ -53,6 +56,28 @@ std::string RandomSuffix() {
 
 std::string RankRange(int first, int count) {
   return count == 1 ? absl::StrCat(first) : absl::StrCat(first, "-", first + count - 1);
+}
+
+// The value of `name` in KEY=VALUE entries; nullopt when unset.
+std::optional<std::string> FindEnv(const std::vector<std::string>& env, const std::string& name) {
+  for (const std::string& entry : env) {
+    if (entry.size() > name.size() && entry[name.size()] == '=' && absl::StartsWith(entry, name)) {
+      return entry.substr(name.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+void SetEnv(std::vector<std::string>& env, const std::string& name, const std::string& value) {
+  std::string entry = absl::StrCat(name, "=", value);
+  for (std::string& existing : env) {
+    if (existing.size() > name.size() && existing[name.size()] == '=' &&
+        absl::StartsWith(existing, name)) {
+      existing = std::move(entry);
+      return;
+    }
+  }
+  env.push_back(std::move(entry));
 }
 
 ElasticOptions ElasticOptionsFor(const AgentOptions& options, const std::string& target) {
@@ -126,6 +151,7 @@ class Agent::Impl {
   void Do(const action::Join& join);
   void Do(const action::StartWorkers& start);
   void Do(const action::SignalWorkers& signal);
+  void Do(const action::AbandonWorkers&);
   void Do(const action::ReportFailure& report);
   void Do(const action::ReportDone& report);
   void Do(const action::SendHeartbeat&);
@@ -136,6 +162,11 @@ class Agent::Impl {
 
   void OnSignal(int sig);
   void ReapChildren();
+  // torch's file timer (file_timer.h), when TORCHELASTIC_ENABLE_FILE_TIMER=1.
+  absl::Status StartFileTimer(std::vector<std::string>& worker_env);
+  void ReadFileTimer();
+  void ExpireFileTimers(absl::Time now);
+  std::optional<absl::Time> NextDeadline() const;
   // Hands a rendezvous result to the loop thread. Any thread.
   void Post(RdzvEvent event);
   void Leave(const std::string& reason);
@@ -154,6 +185,8 @@ class Agent::Impl {
 
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<WorkerGroup> workers_;
+  std::optional<TimerPipe> timer_pipe_;
+  FileTimers file_timers_;
   std::string log_root_;  // --log-dir, or a temporary directory we made
   bool log_root_is_temp_ = false;
   std::string run_dir_;
@@ -197,6 +230,9 @@ absl::Status Agent::Impl::SetUp() {
   group.host = options_.host;
   group.run_dir = run_dir_;
   group.base_env = options_.base_env;
+  if (FindEnv(group.base_env, kEnableFileTimerEnv) == "1") {
+    MUSTER_RETURN_IF_ERROR(StartFileTimer(group.base_env));
+  }
   workers_ = std::make_unique<WorkerGroup>(std::move(group), *runner_, *loop_, clock_);
   return absl::OkStatus();
 }
@@ -206,13 +242,22 @@ absl::StatusOr<int> Agent::Impl::Run() {
   Do(state_.Start(clock_.Now()));
   EventLoop::Handlers handlers;
   handlers.on_signal = [this](int sig) { OnSignal(sig); };
-  handlers.on_timer = [this] { Do(state_.OnTimer(clock_.Now())); };
-  handlers.next_deadline = [this] { return state_.NextDeadline(); };
+  handlers.on_timer = [this] {
+    Do(state_.OnTimer(clock_.Now()));
+    if (!state_.done()) ExpireFileTimers(clock_.Now());
+  };
+  handlers.next_deadline = [this] { return NextDeadline(); };
   handlers.done = [this] { return state_.done(); };
   absl::Status looped = loop_->Run(handlers);
   if (!looped.ok()) {
     logger_->critical("{}", looped.message());
     return kExitWorkersFailed;
+  }
+  if (file_timers_.bad_lines() > 0 || file_timers_.foreign_lines() > 0) {
+    logger_->warn(
+        "the file timer pipe got {} line(s) it could not read and {} for a pid that is "
+        "not one of this node's workers; all were ignored",
+        file_timers_.bad_lines(), file_timers_.foreign_lines());
   }
   if (exit_code_ == kExitSuccess && log_root_is_temp_) {
     std::error_code ignored;
@@ -238,12 +283,88 @@ void Agent::Impl::ReapChildren() {
       worker->process->SignalGroup(SIGKILL);
     }
     runner_->Reap(exit->pid);
-    // Any other pid was an orphaned grandchild: reaping it is all there is to do.
-    if (worker == nullptr) continue;
+    file_timers_.Forget(exit->pid);
+    // Any other pid was an orphaned grandchild, or a worker given up on:
+    // reaping it is all there is to do.
+    if (worker == nullptr) {
+      if (workers_->ReapedAbandoned(exit->pid)) {
+        logger_->info("pid {}, a worker left behind as unkillable, exited after all", exit->pid);
+      }
+      continue;
+    }
     WorkerFailure failure = workers_->Exited(*worker, exit->status);
     Do(state_.OnWorkerExit(exit->status, failure, clock_.Now()));
     if (state_.done()) return;
   }
+}
+
+absl::Status Agent::Impl::StartFileTimer(std::vector<std::string>& worker_env) {
+  absl::StatusOr<TimerPipe> pipe =
+      TimerPipe::Create(FindEnv(worker_env, kTimerFileEnv).value_or(""));
+  if (!pipe.ok()) return pipe.status();
+  timer_pipe_.emplace(*std::move(pipe));
+  SetEnv(worker_env, kTimerFileEnv, timer_pipe_->path());
+  MUSTER_RETURN_IF_ERROR(loop_->Add(timer_pipe_->fd(), [this] { ReadFileTimer(); }));
+  logger_->info("{}=1: serving torch's file timer at {} (workers find it in {})",
+                kEnableFileTimerEnv, timer_pipe_->path(), kTimerFileEnv);
+  return absl::OkStatus();
+}
+
+void Agent::Impl::ReadFileTimer() {
+  timer_pipe_->Read([this](std::string_view line) {
+    pid_t pid = 0;
+    const FileTimers::Outcome outcome = file_timers_.Take(line, [&](pid_t candidate) {
+      pid = candidate;
+      return workers_->FindByGroup(candidate) != nullptr;
+    });
+    if (outcome == FileTimers::Outcome::kBadLine && file_timers_.bad_lines() == 1) {
+      absl::StatusOr<FileTimerRequest> parsed = ParseFileTimerRequest(line);
+      logger_->warn(
+          "the file timer pipe {} got a line it cannot read ({}); ignored, as later ones "
+          "will be (counted)",
+          timer_pipe_->path(),
+          line.empty() ? std::string("longer than a pipe write")
+                       : std::string(parsed.status().message()));
+    } else if (outcome == FileTimers::Outcome::kForeignPid && file_timers_.foreign_lines() == 1) {
+      logger_->warn(
+          "the file timer pipe {} got a timer for pid {}, which is not one of this "
+          "node's workers; ignored, as later ones will be (counted)",
+          timer_pipe_->path(), pid);
+    }
+  });
+  // A timer set in the past expires now, not at the next event.
+  ExpireFileTimers(clock_.Now());
+}
+
+void Agent::Impl::ExpireFileTimers(absl::Time now) {
+  for (const TimerExpiry& expiry : file_timers_.Expire(now)) {
+    WorkerGroup::Worker* worker = workers_->FindByGroup(expiry.pid);
+    if (worker == nullptr) continue;  // exited meanwhile
+    const std::string late =
+        absl::StrFormat("%.2f s ago", absl::ToDoubleSeconds(now - expiry.expired_at));
+    if (expiry.signal <= 0) {
+      logger_->info(
+          "rank {}: file timer '{}' of pid {} expired {}; it names no signal, so it is "
+          "not acted on (as torch does)",
+          worker->rank, expiry.scope_id, expiry.pid, late);
+      continue;
+    }
+    worker->killed_for =
+        absl::StrCat("its file timer '", expiry.scope_id, "' expired ", late, " (pid ", expiry.pid,
+                     ", killed with ", SignalName(expiry.signal), ")");
+    logger_->error("rank {} (local rank {}): file timer '{}' of pid {} expired {}; sending {}",
+                   worker->rank, worker->local_rank, expiry.scope_id, expiry.pid, late,
+                   SignalName(expiry.signal));
+    kill(expiry.pid, expiry.signal);
+  }
+}
+
+std::optional<absl::Time> Agent::Impl::NextDeadline() const {
+  std::optional<absl::Time> next = state_.NextDeadline();
+  if (std::optional<absl::Time> timer = file_timers_.NextExpiry()) {
+    if (!next || *timer < *next) next = timer;
+  }
+  return next;
 }
 
 void Agent::Impl::Post(RdzvEvent event) {
@@ -304,6 +425,8 @@ void Agent::Impl::Do(const action::StartWorkers& start) {
 
 void Agent::Impl::Do(const action::SignalWorkers& signal) { workers_->SignalAll(signal.sig); }
 
+void Agent::Impl::Do(const action::AbandonWorkers&) { workers_->AbandonRunning(); }
+
 void Agent::Impl::Do(const action::ReportFailure& report) {
   const WorkerFailure& failure = report.failure;
   rdzv::ReportFailureRequest request;
@@ -319,7 +442,11 @@ void Agent::Impl::Do(const action::ReportFailure& report) {
   reported->set_exit_code(failure.exit_code);
   reported->set_signal(failure.signal);
   reported->set_time_unix_ms(absl::ToUnixMillis(failure.time));
-  if (failure.error) reported->set_message(failure.error->message);
+  if (failure.error) {
+    reported->set_message(failure.error->message);
+  } else if (!failure.killed_for.empty()) {
+    reported->set_message(absl::StrCat("muster killed it: ", failure.killed_for));
+  }
   client_->ReportFailure(request, kRpcTimeout, [this](absl::Status status) {
     Post(rdzv_event::FailureReported{std::move(status)});
   });

@@ -202,6 +202,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
 ChildProcess::~ChildProcess() {
   if (pid_ <= 0 || exited_) return;
   SignalGroup(SIGKILL);
+  if (abandoned_) return;  // a wait could block for ever
   int wait_status;
   while (waitpid(pid_, &wait_status, 0) < 0 && errno == EINTR) {
   }

@@ -46,6 +46,7 @@ class ChildProcess final : public Process {
 
   // Sends `sig` to the child's process group; ESRCH (already gone) is fine.
   void SignalGroup(int sig) const override;
+  void Abandon() override { abandoned_ = true; }
 
   // Read ends of the output pipes, non-blocking, close-on-exec; invalid once taken.
   UniqueFd TakeStdout() override { return std::move(stdout_); }
@@ -55,6 +56,7 @@ class ChildProcess final : public Process {
   ChildProcess() = default;
   pid_t pid_ = -1;
   bool exited_ = false;
+  bool abandoned_ = false;
   ExitStatus exit_status_;
   UniqueFd stdout_;
   UniqueFd stderr_;

@@ -5,15 +5,19 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "agent/exit_codes.h"
+#include "rendezvous/protocol.h"
 
 namespace muster {
 namespace {
 
 using Level = action::Log::Level;
+// A timer this late means the agent itself was not running.
+constexpr absl::Duration kStalled = absl::Seconds(3);
 
 constexpr absl::Duration kWatchRetry = absl::Seconds(1);
 // How soon a join or a report the rendezvous did not answer is sent again.
@@ -201,6 +205,7 @@ void ElasticState::StopWorkers(int sig, absl::Time now, Actions* out) {
 
 void ElasticState::OnAllStopped(absl::Time now, Actions* out) {
   kill_at_.reset();
+  abandon_at_.reset();
   switch (after_stop_) {
     case AfterStop::kAwaitDecision:
       break;  // the rendezvous decides: a new round, or the end of the job
@@ -228,6 +233,7 @@ Actions ElasticState::OnWorkerExit(const ExitStatus& status, const WorkerFailure
       Log(&out, Level::kError,
           absl::StrCat("rank ", failure.rank, " (local rank ", failure.local_rank, ", pid ",
                        failure.pid, ") failed: ", DescribeExit(failure),
+                       failure.killed_for.empty() ? "" : ": ", failure.killed_for,
                        "; stopping the other workers"));
       ReportFailureAndStop(failure, now, &out);
       return out;
@@ -265,6 +271,8 @@ Actions ElasticState::OnSignal(int sig, absl::Time now) {
     // A second stop signal (Ctrl-C twice): do not wait out the grace period.
     Log(&out, Level::kWarn, absl::StrCat(SignalName(sig), " again: killing the workers now"));
     out.push_back(action::SignalWorkers{SIGKILL});
+    kill_at_.reset();  // sent already
+    if (live_ > 0 && !abandon_at_) abandon_at_ = now + kKillWait;
     return out;
   }
   stop_signal_ = sig;
@@ -436,7 +444,8 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
   const bool answered =
       status.ok() || absl::IsNotFound(status) || absl::IsFailedPrecondition(status);
   // Dropped by a rendezvous that was away: it came back without the job.
-  const bool forgotten = absl::IsNotFound(status) && unreachable_since_.has_value();
+  const bool forgotten = absl::IsNotFound(status) && unreachable_since_.has_value() &&
+                         !absl::StrContains(status.message(), rdzv::kDroppedFromJob);
   if (answered) {
     if (unreachable_since_) {
       NoteReachable(now, out);
@@ -553,6 +562,14 @@ void ElasticState::OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Ac
 Actions ElasticState::OnTimer(absl::Time now) {
   Actions out;
   if (phase_ == AgentPhase::kExiting) return out;
+  if (const std::optional<absl::Time> due = NextDeadline(); due && now - *due >= kStalled) {
+    // The timer is due every keep_alive_interval at most: this process did not run.
+    Log(&out, Level::kWarn,
+        absl::StrCat("this agent did not run for ",
+                     absl::StrFormat("%.1f", absl::ToDoubleSeconds(now - *due)),
+                     " s (it was stopped, or starved of CPU); the rendezvous may have dropped "
+                     "this node meanwhile"));
+  }
   if (kill_at_ && now >= *kill_at_) {
     kill_at_.reset();
     if (live_ > 0) {
@@ -561,6 +578,21 @@ Actions ElasticState::OnTimer(absl::Time now) {
                        absl::StrFormat("%.1f", absl::ToDoubleSeconds(options_.shutdown_grace)),
                        " s after the stop signal; sending SIGKILL"));
       out.push_back(action::SignalWorkers{SIGKILL});
+      if (!abandon_at_) abandon_at_ = now + kKillWait;
+    }
+  }
+  if (abandon_at_ && now >= *abandon_at_) {
+    abandon_at_.reset();
+    if (live_ > 0 && phase_ == AgentPhase::kStopping) {
+      Log(&out, Level::kError,
+          absl::StrCat(live_, " worker(s) still not reaped ",
+                       absl::StrFormat("%.0f", absl::ToDoubleSeconds(kKillWait)),
+                       " s after SIGKILL: stuck in the kernel (D state: a hung file system or "
+                       "device); giving up on them and going on"));
+      out.push_back(action::AbandonWorkers{});
+      live_ = 0;
+      OnAllStopped(now, &out);
+      if (phase_ == AgentPhase::kExiting) return out;
     }
   }
   if (heartbeat_at_ && now >= *heartbeat_at_) {
@@ -594,8 +626,8 @@ Actions ElasticState::OnTimer(absl::Time now) {
 std::optional<absl::Time> ElasticState::NextDeadline() const {
   if (phase_ == AgentPhase::kExiting) return std::nullopt;
   std::optional<absl::Time> next;
-  for (const auto& t :
-       {kill_at_, heartbeat_at_, watch_retry_at_, progress_at_, join_retry_at_, report_retry_at_}) {
+  for (const auto& t : {kill_at_, abandon_at_, heartbeat_at_, watch_retry_at_, progress_at_,
+                        join_retry_at_, report_retry_at_}) {
     if (t && (!next || *t < *next)) next = t;
   }
   return next;

@@ -97,6 +97,10 @@ struct StartWorkers {
 struct SignalWorkers {
   int sig = 0;
 };
+// Give up on every worker still running: SIGKILL did not end them within
+// kKillWait (they are stuck in the kernel). Say which, by pid, and drop them
+// without waiting (Process::Abandon).
+struct AbandonWorkers {};
 // Tell the rendezvous that a worker of `round` failed.
 struct ReportFailure {
   int64_t round = -1;
@@ -131,13 +135,19 @@ struct Exit {
 };
 }  // namespace action
 
-using Action = std::variant<action::Join, action::StartWorkers, action::SignalWorkers,
-                            action::ReportFailure, action::ReportDone, action::SendHeartbeat,
-                            action::OpenWatch, action::QueryStatus, action::Log, action::Exit>;
+using Action =
+    std::variant<action::Join, action::StartWorkers, action::SignalWorkers, action::AbandonWorkers,
+                 action::ReportFailure, action::ReportDone, action::SendHeartbeat,
+                 action::OpenWatch, action::QueryStatus, action::Log, action::Exit>;
 using Actions = std::vector<Action>;
 
 class ElasticState {
  public:
+  // How long a worker sent SIGKILL may take to be reaped before the agent
+  // gives up on it and goes on (a process in D state ignores SIGKILL until
+  // the kernel lets it go, which may be never).
+  static constexpr absl::Duration kKillWait = absl::Seconds(10);
+
   explicit ElasticState(ElasticOptions options);
 
   // Begins: the first Join.
@@ -238,6 +248,8 @@ class ElasticState {
   std::vector<WorkerFailure> failures_;  // of the latest failed attempt
   std::string leave_why_;                // AfterStop::kExitLeave: what this node lacks
 
+  // When workers that SIGKILL did not end are given up on.
+  std::optional<absl::Time> abandon_at_;
   std::optional<absl::Time> kill_at_, heartbeat_at_, watch_retry_at_, progress_at_, join_retry_at_,
       report_retry_at_;
 };

@@ -64,6 +64,7 @@ absl::string_view LastLine(absl::string_view text) {
 }
 
 absl::string_view Summary(const WorkerFailure& failure) {
+  if (!failure.error.has_value() && !failure.killed_for.empty()) return failure.killed_for;
   if (!failure.error.has_value()) return kNoErrorFile;
   absl::string_view line = FirstLine(failure.error->message);
   if (line.empty()) line = absl::StripLeadingAsciiWhitespace(LastLine(failure.error->traceback));
@@ -197,8 +198,17 @@ std::string FormatFailureReport(std::string_view script, int attempts,
   absl::StrAppend(&out, section, "\n", "Root Cause (first observed failure):\n", "  rank ",
                   root.rank, " (local_rank ", root.local_rank, ") on ", root.host, ", pid ",
                   root.pid, ": ", DescribeExit(root), ", seen at ", FormatTimeMs(root.time), "\n");
+  if (!root.killed_for.empty()) {
+    absl::StrAppend(&out, "  muster killed it: ", root.killed_for, "\n");
+    if (!root.stack.empty()) {
+      absl::StrAppend(&out, "  stacks    : ", root.stack_file, "\n");
+      AppendIndented(out, "    ", root.stack);
+    } else if (!root.stack_file.empty()) {
+      absl::StrAppend(&out, "  stacks    : ", root.stack_file, "\n");
+    }
+  }
   if (!root.error.has_value()) {
-    absl::StrAppend(&out, "  ", kNoErrorFile, "\n");
+    if (root.killed_for.empty()) absl::StrAppend(&out, "  ", kNoErrorFile, "\n");
   } else {
     const WorkerError& error = *root.error;
     absl::StrAppend(&out, "  error_file: ", root.error_file);

@@ -27,6 +27,12 @@ struct WorkerFailure {
   // The agent could not start the worker for a lack of its own (descriptors,
   // memory, processes): no fault of the worker's, so no restart is spent on it.
   bool agent_out_of_resources = false;
+  // Set when muster itself killed the worker for hanging: why ("its file
+  // timer 'step' expired ..."), and the stacks of its threads taken just
+  // before (bounded; `stack_file` has them in full, or says why there are none).
+  std::string killed_for;
+  std::string stack;
+  std::string stack_file;
 };
 
 // "SIGSEGV"; "SIGRTMIN+3" for real-time signals; "signal 99" for a number that names no signal.
@@ -46,7 +52,8 @@ size_t RootCauseIndex(const std::vector<WorkerFailure>& failures);
 // row each, root cause first and marked '*', the others in the order they failed:
 //   rank (local_rank), host, pid, exit, time the agent saw it die (UTC, ISO 8601, ms), and the
 //   first line of the error file's message, or a hint to use @record when there is none.
-// Below the table: the root cause's error file path, full message and traceback.
+// Below the table: the root cause's error file path, full message and traceback; when muster
+// killed it for hanging, why, and the stacks it took.
 // attempts: how many times the worker group was started (restarts + 1). Ends with '\n'.
 std::string FormatFailureReport(std::string_view script, int attempts,
                                 const std::vector<WorkerFailure>& failures);

@@ -43,6 +43,10 @@ class Process {
   virtual void MarkExited(ExitStatus status) = 0;
   // Sends `sig` to the process group; a group already gone is fine.
   virtual void SignalGroup(int sig) const = 0;
+  // Gives up on a process that SIGKILL did not end (stuck in the kernel, in
+  // D state): it is no longer waited for, not even when dropped. Its exit,
+  // if it ever comes, is reaped as an orphan's.
+  virtual void Abandon() = 0;
   // Read ends of the output pipes, non-blocking, close-on-exec; invalid once
   // taken, or when the output was not captured.
   virtual UniqueFd TakeStdout() = 0;

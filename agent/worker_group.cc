@@ -1,15 +1,49 @@
 #include "agent/worker_group.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "agent/error_file.h"
 
 namespace muster {
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
+
+// A /proc file's text, at most 4 KiB of it.
+bool ReadSmallFile(const std::string& path, std::string* text) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return false;
+  char buffer[4096];
+  const ssize_t n = read(fd.get(), buffer, sizeof buffer);
+  if (n < 0) return false;
+  text->assign(buffer, static_cast<size_t>(n));
+  return true;
+}
+
+// What the kernel says `pid` is doing: its state, and the kernel function it
+// sleeps in ("state D (disk sleep), in nfs_wait_bit_killable").
+std::string KernelWait(pid_t pid) {
+  std::string stat, wchan;
+  const std::string dir = absl::StrCat("/proc/", pid);
+  if (!ReadSmallFile(dir + "/status", &stat)) return "its state cannot be read";
+  std::string state = "state unknown";
+  for (absl::string_view line : absl::StrSplit(stat, '\n')) {
+    if (absl::ConsumePrefix(&line, "State:"))
+      state = absl::StrCat("state ", absl::StripAsciiWhitespace(line));
+  }
+  if (ReadSmallFile(dir + "/wchan", &wchan) && !wchan.empty() && wchan != "0") {
+    return absl::StrCat(state, ", in ", wchan);
+  }
+  return state;
+}
 
 }  // namespace
 
@@ -104,9 +138,23 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
 
 WorkerGroup::Worker* WorkerGroup::Find(pid_t pid) {
   for (Worker& worker : workers_) {
-    if (worker.process->pid() == pid && !worker.process->exited()) return &worker;
+    // (No process: one given up on, see AbandonRunning.)
+    if (worker.process && worker.process->pid() == pid && !worker.process->exited()) {
+      return &worker;
+    }
   }
   return nullptr;
+}
+
+WorkerGroup::Worker* WorkerGroup::FindByGroup(pid_t pid) {
+  if (Worker* worker = Find(pid)) return worker;
+  const pid_t group = getpgid(pid);
+  return group > 0 ? Find(group) : nullptr;
+}
+
+std::string WorkerGroup::RankDir(const Worker& worker) const {
+  const size_t slash = worker.error_file.rfind('/');
+  return slash == std::string::npos ? options_.run_dir : worker.error_file.substr(0, slash);
 }
 
 WorkerFailure WorkerGroup::Exited(Worker& worker, ExitStatus status) {
@@ -117,8 +165,33 @@ WorkerFailure WorkerGroup::Exited(Worker& worker, ExitStatus status) {
 
 void WorkerGroup::SignalAll(int sig) {
   for (Worker& worker : workers_) {
-    if (!worker.process->exited()) worker.process->SignalGroup(sig);
+    if (worker.process && !worker.process->exited()) worker.process->SignalGroup(sig);
   }
+}
+
+int WorkerGroup::AbandonRunning() {
+  int count = 0;
+  for (Worker& worker : workers_) {
+    if (worker.process == nullptr || worker.process->exited()) continue;
+    const pid_t pid = worker.process->pid();
+    logger_->error("rank {} (local rank {}, pid {}) cannot be killed: {}; muster leaves it behind",
+                   worker.rank, worker.local_rank, pid, KernelWait(pid));
+    worker.process->Abandon();
+    DrainAndClose(worker);
+    abandoned_.push_back(std::move(worker.process));
+    ++count;
+  }
+  return count;
+}
+
+bool WorkerGroup::ReapedAbandoned(pid_t pid) {
+  for (auto it = abandoned_.begin(); it != abandoned_.end(); ++it) {
+    if ((*it)->pid() != pid) continue;
+    (*it)->MarkExited(ExitStatus{});
+    abandoned_.erase(it);
+    return true;
+  }
+  return false;
 }
 
 void WorkerGroup::OnReadable(Worker& worker, bool is_stderr) {
@@ -167,6 +240,9 @@ WorkerFailure WorkerGroup::Describe(const Worker& worker, ExitStatus status,
   failure.signal = status.signal;
   failure.time = clock_.Now();
   failure.error_file = worker.error_file;
+  failure.killed_for = worker.killed_for;
+  failure.stack = worker.stack;
+  failure.stack_file = worker.stack_file;
   if (status.success()) return failure;
   if (!message.empty()) {
     failure.error = WorkerError{message, "", std::nullopt};

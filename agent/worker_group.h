@@ -43,6 +43,8 @@ class WorkerGroup {
     std::string error_file;
     UniqueFd out_fd, err_fd;
     std::optional<WorkerOutput> out, err;
+    // Why muster killed it, when it did (WorkerFailure's fields of the same names).
+    std::string killed_for, stack, stack_file;
   };
   struct Started {
     int count = 0;
@@ -64,11 +66,22 @@ class WorkerGroup {
 
   // The running worker whose pid this is; nullptr for any other pid.
   Worker* Find(pid_t pid);
+  // The running worker whose process group `pid` is in (the worker itself,
+  // or a process it started that stayed in its group); nullptr for any other.
+  Worker* FindByGroup(pid_t pid);
+  // The directory of `worker`'s logs and error file.
+  std::string RankDir(const Worker& worker) const;
   // Records the exit of `worker`, drains and closes its output, and
   // describes it as a failure (with its error file read when it failed).
   WorkerFailure Exited(Worker& worker, ExitStatus status);
   // Sends `sig` to every running worker's process group.
   void SignalAll(int sig);
+  // Gives up on every worker still running (SIGKILL did not end it; see
+  // Process::Abandon), logging each one's pid and what the kernel says it
+  // waits in. Returns how many.
+  int AbandonRunning();
+  // An exit of an abandoned worker, reaped after all: true when `pid` was one.
+  bool ReapedAbandoned(pid_t pid);
 
   const std::vector<Worker>& workers() const { return workers_; }
 
@@ -83,6 +96,7 @@ class WorkerGroup {
   Clock& clock_;
   std::shared_ptr<spdlog::logger> logger_;
   std::vector<Worker> workers_;
+  std::vector<std::unique_ptr<Process>> abandoned_;
 };
 
 }  // namespace muster

@@ -12,6 +12,11 @@ namespace muster::rdzv {
 // 0 is what a peer older than versions sends (the field's default).
 inline constexpr int32_t kProtocolVersion = 1;
 
+// In the kNotFound message a server answers a node it removed from the job
+// ("node N was dropped from job 'J': node H silent for 30 s"): the agent
+// tells it from a server that forgot the job.
+inline constexpr char kDroppedFromJob[] = "was dropped from job";
+
 }  // namespace muster::rdzv
 
 #endif  // MUSTER_RENDEZVOUS_PROTOCOL_H_

@@ -282,6 +282,10 @@ bool IsRefusal(const absl::Status& status) {
 // line shows this much of one.
 constexpr size_t kMaxLoggedMessageBytes = 1024;
 
+int Milliseconds(absl::Duration d) {
+  return static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(d), 1, INT32_MAX));
+}
+
 int Seconds(absl::Duration d) {
   return std::max(1, static_cast<int>(absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1)))));
 }
@@ -527,7 +531,11 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   }
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->ticker_ = CallbackTicker::Acquire();
-  server->hub_ = std::make_shared<RendezvousHub>(options.hub);
+  HubOptions hub = options.hub;
+  if (options.ping_interval > absl::ZeroDuration()) {
+    hub.state.stream_silence = options.ping_interval + options.ping_timeout;
+  }
+  server->hub_ = std::make_shared<RendezvousHub>(hub);
   server->service_ = std::make_unique<RendezvousService>(server->hub_, options.token,
                                                          options.per_peer, options.munge);
   grpc::ServerBuilder builder;
@@ -548,6 +556,13 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
       static_cast<int>(absl::ToInt64Milliseconds(kMinClientKeepaliveInterval / 2)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  if (options.ping_interval > absl::ZeroDuration()) {
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Milliseconds(options.ping_interval));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Milliseconds(options.ping_timeout));
+    // Idle connections are the point: an agent's watch stream sends nothing
+    // for hours. gRPC's default stops pinging after two pings with no data.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   const std::string address = FormatEndpoint(host, port);
   builder.AddListeningPort(address, credentials, &server->port_);
   builder.RegisterService(server->service_.get());

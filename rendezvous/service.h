@@ -145,6 +145,16 @@ struct ServerOptions {
   absl::Duration keepalive_interval = absl::Seconds(1);
   int keepalive_probes = 3;
 
+  // The server pings every connection (HTTP/2 PING) this often and closes
+  // one whose ping goes unanswered for `ping_timeout`. The kernel's probes
+  // cannot find an agent that is stopped (SIGSTOP) or hung while its host
+  // answers TCP: a ping is answered by the agent process itself. Closing
+  // the connection ends its watch stream, and the node is dropped its
+  // heartbeat timeout after its last answer (hub.state.stream_silence,
+  // which Start sets to the sum). Zero: no pings.
+  absl::Duration ping_interval = absl::Seconds(10);
+  absl::Duration ping_timeout = absl::Seconds(5);
+
   // The job's shared token (token.h): every call must carry it. Empty: no
   // authentication, anyone who reaches the port may call.
   std::string token;

@@ -221,10 +221,7 @@ absl::StatusOr<RendezvousState::Job*> RendezvousState::FindLiveNode(const NodeKe
         absl::StrCat("job '", job->id, "' is closed: ", job->close_reason));
   }
   auto node = job->nodes.find(key.node_id);
-  if (node == job->nodes.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("node ", key.node_id, " is not part of job '", job->id, "'"));
-  }
+  if (node == job->nodes.end()) return NotInJob(*job, key.node_id);
   if (!ConstantTimeEquals(node->second.secret, secret)) return WrongSecret(key);
   return job;
 }
@@ -408,7 +405,8 @@ void RendezvousState::SetWatching(const NodeKey& key, bool watching, absl::Time 
   if (it == job->nodes.end() || it->second.watching == watching) return;
   it->second.watching = watching;
   if (!watching) {
-    it->second.last_seen = now;
+    const absl::Duration timeout = absl::Milliseconds(job->config.heartbeat_timeout_ms());
+    it->second.last_seen = now - std::min(options_.stream_silence, timeout / 2);
     effects->rearm_timer = true;  // its heartbeat deadline starts now
   }
 }
@@ -655,10 +653,7 @@ absl::StatusOr<std::optional<WatchEvent>> RendezvousState::CatchUp(const NodeKey
     event.mutable_job_closed()->mutable_root_cause()->clear_message();
     return event;
   }
-  if (node == job.nodes.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("node ", key.node_id, " is not part of job '", job.id, "'"));
-  }
+  if (node == job.nodes.end()) return NotInJob(job, key.node_id);
   if (job.round > known_round) {
     if (job.last_round_change) return job.last_round_change;
     return RoundChangedEvent(job.round, RoundChanged::REASON_UNSPECIFIED, "the job moved on");
@@ -857,6 +852,15 @@ void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
                                       succeeded ? "succeeded" : "failed", ": ", job.close_reason));
 }
 
+absl::Status RendezvousState::NotInJob(const Job& job, const std::string& node_id) {
+  auto removed = job.removed.find(node_id);
+  if (removed != job.removed.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("node ", node_id, " ", kDroppedFromJob, " '", job.id, "': ", removed->second));
+  }
+  return absl::NotFoundError(absl::StrCat("node ", node_id, " is not part of job '", job.id, "'"));
+}
+
 void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std::string& why,
                                  absl::Time now, Effects* effects) {
   auto node_it = job.nodes.find(node_id);
@@ -878,6 +882,11 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   job.not_back.erase(node_id);
   const bool was_done = job.done.erase(node_id) > 0;
   const std::string detail = absl::StrCat("node ", host, " ", why);
+  if (job.removed.insert_or_assign(node_id, detail).second) job.removed_order.push_back(node_id);
+  while (job.removed_order.size() > static_cast<size_t>(std::max(1, job.config.max_nodes()))) {
+    job.removed.erase(job.removed_order.front());
+    job.removed_order.pop_front();
+  }
   if (job.joined.erase(node_id) > 0) {
     effects->join_failed.emplace_back(
         NodeKey{job.id, node_id},

@@ -126,6 +126,12 @@ struct StateOptions {
   // heartbeat timeout applies, and the owner calls DropNode for a node
   // that is gone.
   bool external_liveness = false;
+  // How long a watch stream may have gone unanswered before it ended: the
+  // server's keepalive ping interval plus its timeout. A node whose stream
+  // ends was last known alive up to this long before (a stopped agent is
+  // found by an unanswered ping), so its heartbeat timeout counts from then,
+  // though never from more than half of it before the end.
+  absl::Duration stream_silence = absl::ZeroDuration();
 };
 
 class RendezvousState {
@@ -173,8 +179,9 @@ class RendezvousState {
 
   // The node's watch stream opened or ended. While it is open the node needs
   // no heartbeats: the stream is its heartbeat (the server's connection
-  // keepalive ends it when the host vanishes). When it ends, the node's
-  // heartbeat timeout starts from `now`. Unknown nodes are ignored. No
+  // keepalive ends it when the host vanishes or the agent stops answering).
+  // When it ends, the node's heartbeat timeout starts from `now` less
+  // StateOptions::stream_silence (at most half the timeout). Unknown nodes are ignored. No
   // secret: the server calls it for a watch CatchUp accepted.
   void SetWatching(const NodeKey& node, bool watching, absl::Time now, Effects* effects);
 
@@ -270,10 +277,17 @@ class RendezvousState {
     absl::Time closed_at;
     std::optional<WatchEvent> last_round_change;
     bool journaled = false;  // a record of it was emitted: its end is one too
+    // Nodes removed from the job, and why, so that a removed node that calls
+    // again (an agent that was stopped) learns what happened to it. At most
+    // config.max_nodes, the oldest forgotten first.
+    std::map<std::string, std::string> removed;
+    std::deque<std::string> removed_order;
   };
   using JobMap = std::map<std::string, Job, std::less<>>;
 
   Job* FindJob(absl::string_view job_id);
+  // kNotFound for a node that is not in `job`, saying why when it was removed.
+  static absl::Status NotInJob(const Job& job, const std::string& node_id);
   // The job of a live node whose request presents `secret`.
   absl::StatusOr<Job*> FindLiveNode(const NodeKey& node, absl::string_view secret);
   // Seats waiting nodes (spares) in the open round, first come first

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "agent/exit_codes.h"
+#include "rendezvous/protocol.h"
 
 namespace muster {
 namespace {
@@ -55,6 +56,7 @@ std::vector<std::string> Names(const Actions& actions) {
           if constexpr (std::is_same_v<T, action::SignalWorkers>) {
             names.push_back(std::string("Signal ") + sigabbrev_np(x.sig));
           }
+          if constexpr (std::is_same_v<T, action::AbandonWorkers>) names.push_back("Abandon");
           if constexpr (std::is_same_v<T, action::ReportFailure>) names.push_back("ReportFailure");
           if constexpr (std::is_same_v<T, action::ReportDone>) names.push_back("ReportDone");
           if constexpr (std::is_same_v<T, action::SendHeartbeat>) names.push_back("Heartbeat");
@@ -916,6 +918,63 @@ TEST_F(RideOutTest, ARendezvousBackWithoutTheJobRestartsTheWorkersSayingWhy) {
   Actions forgotten = state_.OnRdzv(Beat(absl::NotFoundError("no job 'job'")), At(5'100));
   EXPECT_THAT(Names(forgotten), ElementsAre("Signal TERM"));
   EXPECT_THAT(Logs(forgotten), Contains(HasSubstr("came back without this job")));
+}
+
+TEST_F(RideOutTest, AnAgentThatWasStoppedLearnsItWasDroppedNotThatTheServerForgot) {
+  ToRunning(1);
+  state_.OnRdzv(WatchStarted(1), At(20));
+  // SIGSTOP: the loop's timer fires 30 s late. The agent says so first.
+  const absl::Time due = *state_.NextDeadline();
+  Actions late = state_.OnTimer(due + absl::Seconds(30));
+  EXPECT_THAT(Logs(late), Contains(HasSubstr("this agent did not run for 30.0 s (it was stopped, "
+                                             "or starved of CPU)")));
+  // Its connection was closed by the server's pings meanwhile.
+  state_.OnRdzv(rdzv_event::WatchEnded{1, kDown}, due + absl::Seconds(30));
+  Actions dropped =
+      state_.OnRdzv(Beat(absl::NotFoundError(absl::StrCat("node n1 ", rdzv::kDroppedFromJob,
+                                                          " 'job': node host silent for 30 s"))),
+                    due + absl::Seconds(31));
+  EXPECT_THAT(Names(dropped), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(dropped), Contains(HasSubstr("the rendezvous dropped this node (node n1 was "
+                                                "dropped from job 'job': node host silent")));
+  EXPECT_THAT(Logs(dropped), Not(Contains(HasSubstr("came back without this job"))));
+}
+
+TEST_F(ElasticStateTest, WorkersThatSigkillCannotEndAreGivenUpOnAndTheJobGoesOn) {
+  ToRunning();
+  state_.OnWorkerExit(kExit1, Failure(0), At(100));  // a failure: stop the other, report
+  EXPECT_THAT(Names(state_.OnTimer(At(100 + kGraceMs))), ElementsAre("Signal KILL"));
+  // The other worker is in D state: no exit comes.
+  const absl::Time give_up = At(100 + kGraceMs) + ElasticState::kKillWait;
+  EXPECT_EQ(state_.NextDeadline(), std::min(give_up, *state_.NextDeadline()));
+  EXPECT_THAT(Names(state_.OnTimer(give_up - absl::Milliseconds(1))), Not(Contains("Abandon")));
+  Actions given_up = state_.OnTimer(give_up);
+  EXPECT_THAT(Names(given_up), Contains("Abandon"));
+  EXPECT_THAT(Logs(given_up), Contains(HasSubstr("1 worker(s) still not reaped 10 s after SIGKILL: "
+                                                 "stuck in the kernel")));
+  EXPECT_EQ(state_.live_workers(), 0);
+  // The rendezvous' decision is awaited as for any stopped attempt: a new round starts workers.
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), give_up)), Contains("Join"));
+}
+
+TEST_F(ElasticStateTest, ASecondStopSignalKillsAndAnUnkillableWorkerDoesNotHoldTheExit) {
+  ToRunning();
+  state_.OnSignal(SIGINT, At(100));
+  state_.OnSignal(SIGINT, At(200));
+  EXPECT_THAT(Names(state_.OnTimer(At(100 + kGraceMs))), Not(Contains("Signal KILL")))
+      << "killed already";
+  std::vector<std::string> exit = Names(state_.OnTimer(At(200) + ElasticState::kKillWait));
+  EXPECT_THAT(exit, Contains("Abandon"));
+  ASSERT_FALSE(exit.empty());
+  EXPECT_EQ(exit.back(), "Exit 130");
+}
+
+TEST_F(ElasticStateTest, ATimerOnTimeSaysNothingOfStalls) {
+  ToRunning();
+  for (int i = 0; i < 10; ++i) {
+    const absl::Time due = *state_.NextDeadline();
+    EXPECT_THAT(Logs(state_.OnTimer(due + absl::Milliseconds(500))), IsEmpty()) << i;
+  }
 }
 
 TEST_F(ElasticStateTest, AFirstJoinWhoseServerWentAwayIsRetriedUntilJoinTimeout) {

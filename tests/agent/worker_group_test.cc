@@ -38,6 +38,7 @@ class FakeProcess final : public Process {
   bool exited() const override { return exited_; }
   void MarkExited(ExitStatus) override { exited_ = true; }
   void SignalGroup(int sig) const override;
+  void Abandon() override;
   UniqueFd TakeStdout() override { return std::move(out_); }
   UniqueFd TakeStderr() override { return std::move(err_); }
 
@@ -82,6 +83,7 @@ class FakeRunner final : public ProcessRunner {
   std::optional<int> fail_spawn_at;
   std::vector<std::pair<pid_t, int>> signals;
   std::vector<pid_t> destroyed_running;
+  std::vector<pid_t> abandoned;
   std::map<std::pair<pid_t, std::string>, UniqueFd> writers;
   pid_t next_pid = 100;
 };
@@ -91,6 +93,7 @@ FakeProcess::~FakeProcess() {
 }
 
 void FakeProcess::SignalGroup(int sig) const { runner_->signals.emplace_back(pid_, sig); }
+void FakeProcess::Abandon() { runner_->abandoned.push_back(pid_); }
 
 std::string EnvValue(const SpawnOptions& spawn, const std::string& key) {
   for (const std::string& entry : spawn.env) {
@@ -217,6 +220,25 @@ TEST_F(WorkerGroupTest, SignalsReachOnlyTheWorkersStillRunning) {
   EXPECT_EQ(group.Find(999), nullptr);
   group.SignalAll(SIGTERM);
   EXPECT_THAT(runner_.signals, ElementsAre(std::pair{100, SIGTERM}, std::pair{102, SIGTERM}));
+}
+
+TEST_F(WorkerGroupTest, AWorkerThatCannotDieIsLeftBehindAndTheNextAttemptStarts) {
+  WorkerGroup& group = Group(2);
+  group.Start(Placement(0, 2), 0);
+  group.Exited(*group.Find(100), ExitStatus{0, SIGKILL});
+  // 101 got SIGKILL and was never reaped (D state): the agent gives up on it.
+  EXPECT_EQ(group.AbandonRunning(), 1);
+  EXPECT_THAT(runner_.abandoned, ElementsAre(101));
+  EXPECT_EQ(group.Find(101), nullptr) << "no longer a worker of the group";
+  EXPECT_EQ(group.AbandonRunning(), 0) << "given up on once";
+  // The next attempt starts though 101 never exited.
+  WorkerGroup::Started started = group.Start(Placement(0, 2), 1);
+  EXPECT_EQ(started.count, 2);
+  EXPECT_THAT(runner_.destroyed_running, IsEmpty()) << "the abandoned one is kept, not dropped";
+  // Should it exit after all, it is recognised and let go.
+  EXPECT_TRUE(group.ReapedAbandoned(101));
+  EXPECT_FALSE(group.ReapedAbandoned(101));
+  EXPECT_FALSE(group.ReapedAbandoned(102)) << "a running worker is not an abandoned one";
 }
 
 TEST_F(WorkerGroupTest, AFailedWorkerIsDescribedWithWhatItsErrorFileSays) {

@@ -493,6 +493,54 @@ TEST_F(StateTest, AnOpenWatchStreamIsAHeartbeatAndItsEndStartsTheTimeout) {
   EXPECT_TRUE(unknown.empty());
 }
 
+// The server pings each connection (ServerOptions::ping_interval): a stream
+// that ended for an unanswered ping was silent since up to interval +
+// timeout before, so the heartbeat timeout counts from then.
+class StreamSilenceTest : public StateTest {
+ protected:
+  static StateOptions Options() {
+    StateOptions options;
+    options.stream_silence = absl::Seconds(2);
+    return options;
+  }
+  StreamSilenceTest() : StateTest(Options()) {}
+};
+
+TEST_F(StreamSilenceTest, TheHeartbeatTimeoutOfAnEndedStreamCountsFromTheLastPingAnswered) {
+  Form({{"a"}, {"b"}}, At(0));
+  Effects effects;
+  state_.SetWatching({job_, "a"}, true, At(1'000), &effects);
+  state_.SetWatching({job_, "b"}, true, At(1'000), &effects);
+  state_.SetWatching({job_, "b"}, false, At(60'000), &effects);
+  EXPECT_EQ(state_.NextDeadline(), At(60'000 - 2'000 + kHeartbeatMs));
+  EXPECT_TRUE(Advance(At(60'000 - 2'000 + kHeartbeatMs - 1)).empty());
+  EXPECT_EQ(Pushed(Advance(At(60'000 - 2'000 + kHeartbeatMs))).count("a"), 1u);
+}
+
+TEST_F(StreamSilenceTest, NeverMoreThanHalfTheHeartbeatTimeoutIsTakenOff) {
+  config_.set_heartbeat_timeout_ms(3'000);  // less than the silence: half of it is kept
+  Form({{"a"}, {"b"}}, At(0));
+  Effects effects;
+  state_.SetWatching({job_, "b"}, true, At(1'000), &effects);
+  state_.SetWatching({job_, "b"}, false, At(10'000), &effects);
+  Beat({"a"}, At(10'000));
+  EXPECT_EQ(state_.NextDeadline(), At(10'000 + 1'500));
+}
+
+TEST_F(StateTest, ARemovedNodeThatCallsAgainIsToldWhyItWasDropped) {
+  config_ = Config(2, 3);
+  Form({{"a"}, {"b"}, {"c"}}, At(0));
+  Beat({"a", "b"}, At(4'000));
+  Advance(At(kHeartbeatMs));  // c is silent: dropped
+  absl::StatusOr<int64_t> beat = state_.Heartbeat({job_, "c"}, SecretOf("c"), At(6'000));
+  ASSERT_TRUE(absl::IsNotFound(beat.status())) << beat.status();
+  EXPECT_EQ(beat.status().message(),
+            absl::StrCat("node c ", kDroppedFromJob, " '", job_, "': node host-c silent for 5 s"));
+  absl::StatusOr<int64_t> stranger = state_.Heartbeat({job_, "z"}, SecretOf("z"), At(6'000));
+  EXPECT_EQ(stranger.status().message(), absl::StrCat("node z is not part of job '", job_, "'"))
+      << "a node never in the job is told only that";
+}
+
 TEST_F(StateTest, SilentNodeIsRemovedAndTheRoundReformsFromTheRest) {
   config_ = Config(2, 3);
   Form({{"a"}, {"b"}, {"c"}}, At(0));

@@ -1,0 +1,200 @@
+"""Hangs (issue 13): PyTorch's own watchdog (the file timer) works under
+muster as under torchrun, the report shows where a killed worker was, and a
+stopped agent is found and dropped. Real agents, real PyTorch workers."""
+import glob
+import os
+import re
+import signal
+import subprocess
+import time
+import unittest
+
+from harness import (MUSTER, PYTHON, TORCHRUN, WORKERS, OnDemandWorkers, TempDirTest, env, muster,
+                     pid_alive,
+                     read_file, run, torchrun, wait_for)
+from test_musterd import MusterdTest
+
+FILE_TIMER = os.path.join(WORKERS, "file_timer.py")
+
+
+def have_torch():
+    return run([PYTHON, "-c", "import torch.distributed.elastic.timer"]).returncode == 0
+
+
+@unittest.skipUnless(have_torch(), "needs Debian's python3-torch (torch.distributed.elastic.timer)")
+class FileTimer(TempDirTest):
+    """1 and 2: a worker whose file timer expires is killed, as torchrun kills it."""
+
+    def setUp(self):
+        super().setUp()
+        self.work = self.path("work")
+        os.makedirs(self.work)
+
+    def launch(self, launcher, mode, nproc=2, max_restarts=1, **extra_env):
+        args = ["--nproc-per-node" if launcher is muster else "--nproc_per_node", str(nproc),
+                "--max-restarts" if launcher is muster else "--max_restarts", str(max_restarts)]
+        if launcher is not muster:
+            args += ["--standalone"]
+        proc = launcher(*args, FILE_TIMER, mode, self.work, timeout=120,
+                        TORCHELASTIC_ENABLE_FILE_TIMER="1", **extra_env)
+        return proc
+
+    def assert_killed_in_time(self, result, nproc=2):
+        """Attempt 0's workers died within 1.5 s of their expiry, and attempt 1 ran."""
+        for rank in range(nproc):
+            pid, expiry = read_file(os.path.join(self.work, f"expiry.0.{rank}")).split()
+            self.assertFalse(pid_alive(int(pid)))
+            # Attempt 1 starts only after attempt 0's workers are gone.
+            started = float(read_file(os.path.join(self.work, f"start.1.{rank}")).split()[1])
+            self.assertLess(started - float(expiry), 1.5 + 1.0,  # the kill, then the restart
+                            result.stderr)
+
+    def test_expired_worker_is_killed_and_restarted(self):
+        r = self.launch(muster, "hang")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("file timer 'train_step'", r.stderr)
+        self.assertRegex(r.stderr, r"rank \d \(local rank \d, pid \d+\) failed: Signal 9 \(SIGKILL\)"
+                                   r": its file timer 'train_step' expired")
+        self.assert_killed_in_time(r)
+
+    def watch_the_kill(self, argv, name):
+        """Runs argv (a launcher on FILE_TIMER hang, 1 worker, 1 restart) in the
+        background, watches its worker die, and returns the seconds from the
+        timer's expiry to the death, once the job succeeded."""
+        out = open(self.path(f"{name}.out"), "w")
+        err = open(self.path(f"{name}.err"), "w")
+        proc = subprocess.Popen(argv, env=env(TORCHELASTIC_ENABLE_FILE_TIMER="1"), stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.addCleanup(self._reap, proc, out, err)
+        path = os.path.join(self.work, "expiry.0.0")
+        self.assertTrue(wait_for(lambda: os.path.exists(path), timeout=60), self.read(f"{name}.err"))
+        pid, expiry = read_file(path).split()
+        gone = wait_for(lambda: not pid_alive(int(pid)), timeout=30, interval=0.01)
+        died = time.time()
+        self.assertTrue(gone, self.read(f"{name}.err"))
+        self.assertEqual(proc.wait(timeout=90), 0, self.read(f"{name}.err"))
+        return died - float(expiry)
+
+    def test_killed_within_1_5_s_of_expiry(self):
+        late = self.watch_the_kill([MUSTER, "--nproc-per-node", "1", "--max-restarts", "1",
+                                    FILE_TIMER, "hang", self.work], "muster")
+        self.assertLess(late, 1.5, self.read("muster.err"))
+
+    def test_same_kill_under_torchrun(self):
+        late = self.watch_the_kill([PYTHON, TORCHRUN, "--standalone", "--nproc_per_node", "1",
+                                    "--max_restarts", "1", FILE_TIMER, "hang", self.work],
+                                   "torchrun")
+        self.assertLess(late, 1.5, self.read("torchrun.err"))
+        self.assertIn("exitcode: -9", self.read("torchrun.err"))
+
+    def test_released_scope_is_never_acted_on(self):
+        for launcher in (muster, torchrun):
+            for f in glob.glob(os.path.join(self.work, "*")):
+                os.remove(f)
+            r = self.launch(launcher, "release", max_restarts=0)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertFalse(glob.glob(os.path.join(self.work, "start.1.*")))
+
+    def test_garbage_in_the_pipe_does_not_stop_the_agent(self):
+        r = self.launch(muster, "garbage")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_killed_in_time(r)
+        self.assertIn("got a line it cannot read", r.stderr)
+        self.assertIn("got a timer for pid 1, which is not one of this node's workers", r.stderr)
+        counts = re.search(r"got (\d+) line\(s\) it could not read and (\d+) for a pid", r.stderr)
+        self.assertTrue(counts, r.stderr)
+        # Two workers wrote 5 bad lines and 1 foreign one each.
+        self.assertEqual((int(counts.group(1)), int(counts.group(2))), (10, 2), r.stderr)
+        self.assertTrue(pid_alive(1))
+
+    def test_given_path_is_used_and_private(self):
+        pipe = self.path("my-timer")
+        open(pipe, "w").close()
+        r = self.launch(muster, "release", max_restarts=0, TORCHELASTIC_TIMER_FILE=pipe)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("exists and is not a named pipe", r.stderr)
+        os.remove(pipe)
+        proc = self.start("--nproc-per-node", "1", FILE_TIMER, "release", self.work,
+                          TORCHELASTIC_ENABLE_FILE_TIMER="1", TORCHELASTIC_TIMER_FILE=pipe)
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.work, "start.0.0")),
+                                 timeout=60), self.read("muster.err"))
+        mode = os.stat(pipe).st_mode
+        self.assertEqual(oct(mode & 0o777), oct(0o600))
+        self.assertEqual(proc.wait(timeout=60), 0, self.read("muster.err"))
+        self.assertFalse(os.path.exists(pipe), "the pipe is removed at the end")
+
+    def test_own_pipe_is_in_a_private_directory(self):
+        proc = self.start("--nproc-per-node", "1", FILE_TIMER, "release", self.work,
+                          TORCHELASTIC_ENABLE_FILE_TIMER="1")
+        found = wait_for(lambda: re.search(r"serving torch's file timer at (\S+)",
+                                           self.read("muster.err")), timeout=30)
+        self.assertTrue(found, self.read("muster.err"))
+        pipe = found.group(1)
+        self.assertEqual(oct(os.stat(pipe).st_mode & 0o777), oct(0o600))
+        self.assertEqual(oct(os.stat(os.path.dirname(pipe)).st_mode & 0o777), oct(0o700))
+        self.assertEqual(proc.wait(timeout=60), 0, self.read("muster.err"))
+        self.assertFalse(os.path.exists(os.path.dirname(pipe)))
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+class StoppedAgent(OnDemandWorkers, MusterdTest):
+    """4: an agent stopped with SIGSTOP answers no ping: its node is dropped and
+    the others re-form within heartbeat_timeout + 5 s; continued, it learns it
+    was dropped, and leaves no worker behind."""
+
+    HEARTBEAT = 4
+
+    def setUp(self):
+        super().setUp()
+        self.work = self.path("work")
+        os.makedirs(self.work)
+
+    def logs(self):
+        return "\n".join(f"--- {n}\n{self.read(n + '.err')}"
+                         for n in ("musterd", "agent0", "agent1", "agent2"))
+
+    def agent(self, n, endpoint, *conf):
+        return self.spawn(f"agent{n}", [
+            MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "stopped",
+            "--nnodes", "2:3", "--nproc-per-node", "1", "--max-restarts", "3",
+            "--rdzv-conf", ",".join([f"heartbeat_timeout={self.HEARTBEAT}", "keep_alive_interval=1",
+                                     "last_call_timeout=1", *conf]),
+            "--no-python", PYTHON, self.ON_DEMAND, self.work])
+
+    def check_stop_and_continue(self, agents, stopped):
+        first = self.pids(0, ranks=3)
+        os.kill(agents[stopped].pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        # The two others start round 1 once the stopped node is dropped.
+        others = [f"agent{n}" for n in range(len(agents)) if n != stopped]
+        started = wait_for(lambda: all("round 1: started" in self.read(f"{name}.err")
+                                       for name in others), timeout=self.HEARTBEAT + 30)
+        reformed = time.monotonic() - stopped_at
+        self.assertTrue(started, self.logs())
+        self.assertLess(reformed, self.HEARTBEAT + 5, self.logs())
+        time.sleep(1)
+        os.kill(agents[stopped].pid, signal.SIGCONT)
+        return first
+
+    def test_stopped_agent_is_dropped_on_musterd(self):
+        musterd, port = self.start_musterd("--ping-interval", "1", "--ping-timeout", "1")
+        agents = [self.agent(n, f"127.0.0.1:{port}", "is_host=0") for n in range(3)]
+        first = self.check_stop_and_continue(agents, stopped=2)
+        # Continued, it learns why, stops its old worker and rejoins: the job
+        # grows back to 3 nodes.
+        said = wait_for(lambda: "was dropped from job 'stopped': node" in self.read("agent2.err"),
+                        timeout=30)
+        self.assertTrue(said, self.logs())
+        self.assertIn("this agent did not run for", self.read("agent2.err"))
+        regrown = wait_for(lambda: all(re.search(r"round \d+: started 1 worker\(s\), ranks \d of "
+                                                 r"world size 3", self.read(f"agent{n}.err"))
+                                       for n in (2,)), timeout=30)
+        self.assertTrue(regrown, self.logs())
+        for pid in first.values():
+            self.assertTrue(wait_for(lambda: not pid_alive(pid), timeout=10), self.logs())
+        self.finish_workers()
+        for n, agent in enumerate(agents):
+            self.assertEqual(agent.wait(timeout=60), 0, self.logs())
