@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -31,6 +32,11 @@ constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, 
 // Extra time a join RPC gets beyond join_timeout: the server's own timer should fire first.
 constexpr absl::Duration kJoinSlack = absl::Seconds(5);
 constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
+// How long taking a hung worker's stacks may hold its kill (stack_capture.h):
+// the grace ran out already; a file timer's kill should follow its expiry
+// within about a second and a half.
+constexpr absl::Duration kStackLimit = absl::Seconds(2);
+constexpr absl::Duration kTimerStackLimit = absl::Milliseconds(1350);
 
 // A port that was free a moment ago, for MASTER_PORT. PyTorch's rank 0 binds
 // it itself (TORCHELASTIC_USE_AGENT_STORE=False), so it is picked as late as possible.
@@ -166,6 +172,7 @@ class Agent::Impl {
   absl::Status StartFileTimer(std::vector<std::string>& worker_env);
   void ReadFileTimer();
   void ExpireFileTimers(absl::Time now);
+  void NoSignal(const TimerExpiry& expiry, absl::Time now);
   std::optional<absl::Time> NextDeadline() const;
   // Hands a rendezvous result to the loop thread. Any thread.
   void Post(RdzvEvent event);
@@ -337,18 +344,31 @@ void Agent::Impl::ReadFileTimer() {
 }
 
 void Agent::Impl::ExpireFileTimers(absl::Time now) {
-  for (const TimerExpiry& expiry : file_timers_.Expire(now)) {
+  if (file_timers_.DueBy(now).empty()) {
+    for (const TimerExpiry& expiry : file_timers_.Expire(now)) NoSignal(expiry, now);
+    return;
+  }
+  // Where they hung, before they die: the stacks of every worker whose
+  // timer runs out while they are taken, all at once. The signals wait for
+  // it (the kill stays within about a second and a half of the expiry).
+  std::vector<WorkerGroup::Worker*> hung;
+  for (pid_t pid : file_timers_.DueBy(now + kTimerStackLimit)) {
+    WorkerGroup::Worker* worker = workers_->FindByGroup(pid);
+    if (worker != nullptr && std::find(hung.begin(), hung.end(), worker) == hung.end()) {
+      hung.push_back(worker);
+    }
+  }
+  workers_->CaptureStacks(hung, kTimerStackLimit);
+  const absl::Time after = clock_.Now();
+  for (const TimerExpiry& expiry : file_timers_.Expire(after)) {
     WorkerGroup::Worker* worker = workers_->FindByGroup(expiry.pid);
     if (worker == nullptr) continue;  // exited meanwhile
-    const std::string late =
-        absl::StrFormat("%.2f s ago", absl::ToDoubleSeconds(now - expiry.expired_at));
     if (expiry.signal <= 0) {
-      logger_->info(
-          "rank {}: file timer '{}' of pid {} expired {}; it names no signal, so it is "
-          "not acted on (as torch does)",
-          worker->rank, expiry.scope_id, expiry.pid, late);
+      NoSignal(expiry, after);
       continue;
     }
+    const std::string late =
+        absl::StrFormat("%.2f s ago", absl::ToDoubleSeconds(after - expiry.expired_at));
     worker->killed_for =
         absl::StrCat("its file timer '", expiry.scope_id, "' expired ", late, " (pid ", expiry.pid,
                      ", killed with ", SignalName(expiry.signal), ")");
@@ -357,6 +377,15 @@ void Agent::Impl::ExpireFileTimers(absl::Time now) {
                    SignalName(expiry.signal));
     kill(expiry.pid, expiry.signal);
   }
+}
+
+void Agent::Impl::NoSignal(const TimerExpiry& expiry, absl::Time now) {
+  const WorkerGroup::Worker* worker = workers_->FindByGroup(expiry.pid);
+  if (worker == nullptr) return;
+  logger_->info(
+      "rank {}: file timer '{}' of pid {} expired {:.2f} s ago; it names no signal, so it is "
+      "not acted on (as torch does)",
+      worker->rank, expiry.scope_id, expiry.pid, absl::ToDoubleSeconds(now - expiry.expired_at));
 }
 
 std::optional<absl::Time> Agent::Impl::NextDeadline() const {
@@ -423,7 +452,19 @@ void Agent::Impl::Do(const action::StartWorkers& start) {
   Do(state_.OnWorkersStarted(started.count, std::move(started.failure), clock_.Now()));
 }
 
-void Agent::Impl::Do(const action::SignalWorkers& signal) { workers_->SignalAll(signal.sig); }
+void Agent::Impl::Do(const action::SignalWorkers& signal) {
+  if (signal.stacks_first) {
+    std::vector<WorkerGroup::Worker*> hung = workers_->Running();
+    if (!hung.empty()) {
+      workers_->CaptureStacks(hung, kStackLimit);
+      for (const WorkerGroup::Worker* worker : hung) {
+        logger_->warn("rank {} (pid {}) did not stop: its stacks are in {}", worker->rank,
+                      worker->process->pid(), worker->stack_file);
+      }
+    }
+  }
+  workers_->SignalAll(signal.sig);
+}
 
 void Agent::Impl::Do(const action::AbandonWorkers&) { workers_->AbandonRunning(); }
 
@@ -513,7 +554,16 @@ void Agent::Impl::Do(const action::Exit& exit) {
     (void)ignored;
   }
   if (!exit.why.empty()) logger_->error("{}", exit.why);
-  if (exit.code == kExitWorkersFailed && (!log_root_is_temp_ || exit.failures_seen)) {
+  // Workers that hung while being stopped are no failure of their own, but
+  // where they hung may be why the job did not end cleanly.
+  bool hung = false;
+  for (const WorkerGroup::Worker& worker : workers_->workers()) {
+    if (worker.stack_file.empty() || !worker.killed_for.empty()) continue;
+    logger_->warn("rank {} (local rank {}) did not stop within the grace; its stacks: {}",
+                  worker.rank, worker.local_rank, worker.stack_file);
+    hung = true;
+  }
+  if (exit.code == kExitWorkersFailed && (!log_root_is_temp_ || exit.failures_seen || hung)) {
     logger_->info("worker logs and error files: {}", run_dir_);
   }
   if (exit.leave_reason) Leave(*exit.leave_reason);

@@ -65,6 +65,11 @@ __attribute__((no_sanitize("address", "thread"))) int ExecChild(void* raw) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the agent died before the line above
+  // Under Yama's ptrace_scope 1 only an ancestor may trace: name the agent,
+  // so that the tools it starts to take a hung worker's stacks (its
+  // children, the worker's siblings) may attach. Kept across exec; EINVAL
+  // without Yama, which is fine.
+  prctl(PR_SET_PTRACER, parent, 0, 0, 0);
   // dup2 onto itself keeps FD_CLOEXEC (an agent started with 1 or 2 closed
   // can get its pipe there): clear it by hand then.
   if (out_fd == STDOUT_FILENO) fcntl(out_fd, F_SETFD, 0);

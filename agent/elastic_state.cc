@@ -577,7 +577,7 @@ Actions ElasticState::OnTimer(absl::Time now) {
           absl::StrCat(live_, " worker(s) still running ",
                        absl::StrFormat("%.1f", absl::ToDoubleSeconds(options_.shutdown_grace)),
                        " s after the stop signal; sending SIGKILL"));
-      out.push_back(action::SignalWorkers{SIGKILL});
+      out.push_back(action::SignalWorkers{SIGKILL, /*stacks_first=*/true});
       if (!abandon_at_) abandon_at_ = now + kKillWait;
     }
   }

@@ -96,6 +96,8 @@ struct StartWorkers {
 // Send `sig` to the process group of every worker still running.
 struct SignalWorkers {
   int sig = 0;
+  // They did not stop within the grace: take their stacks first (where they hung).
+  bool stacks_first = false;
 };
 // Give up on every worker still running: SIGKILL did not end them within
 // kKillWait (they are stuck in the kernel). Say which, by pid, and drop them

@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
@@ -22,6 +23,8 @@ constexpr absl::string_view kNoErrorFile =
     "no error file written (use torch.distributed.elastic.multiprocessing.errors.record)";
 constexpr absl::string_view kEmptyErrorFile = "error file has no message";
 constexpr size_t kMinRuleWidth = 60;
+// Of a hung worker's stacks, the report shows this many lines; the file has them all.
+constexpr size_t kMaxStackLines = 80;
 constexpr size_t kMaxRuleWidth = 100;
 
 absl::Time HappenedAt(const WorkerFailure& failure) {
@@ -202,10 +205,20 @@ std::string FormatFailureReport(std::string_view script, int attempts,
     absl::StrAppend(&out, "  muster killed it: ", root.killed_for, "\n");
     if (!root.stack.empty()) {
       absl::StrAppend(&out, "  stacks    : ", root.stack_file, "\n");
-      AppendIndented(out, "    ", root.stack);
+      std::vector<absl::string_view> stack_lines = absl::StrSplit(TrimTrailing(root.stack), '\n');
+      const size_t shown = std::min(stack_lines.size(), kMaxStackLines);
+      AppendIndented(out, "    ",
+                     absl::StrJoin(stack_lines.begin(), stack_lines.begin() + shown, "\n"));
+      if (shown < stack_lines.size()) {
+        absl::StrAppend(&out, "    ... ", stack_lines.size() - shown,
+                        " more lines in the file above\n");
+      }
     } else if (!root.stack_file.empty()) {
       absl::StrAppend(&out, "  stacks    : ", root.stack_file, "\n");
     }
+  }
+  if (!root.nccl_dump.empty()) {
+    absl::StrAppend(&out, "  NCCL flight recorder dump: ", root.nccl_dump, "\n");
   }
   if (!root.error.has_value()) {
     if (root.killed_for.empty()) absl::StrAppend(&out, "  ", kNoErrorFile, "\n");

@@ -33,6 +33,9 @@ struct WorkerFailure {
   std::string killed_for;
   std::string stack;
   std::string stack_file;
+  // The NCCL flight recorder's dump PyTorch wrote for this rank while it ran
+  // (TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_NCCL_DEBUG_INFO_TEMP_FILE); "" if none.
+  std::string nccl_dump;
 };
 
 // "SIGSEGV"; "SIGRTMIN+3" for real-time signals; "signal 99" for a number that names no signal.

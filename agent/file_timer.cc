@@ -117,6 +117,16 @@ std::vector<TimerExpiry> FileTimers::Expire(absl::Time now) {
   return expired;
 }
 
+std::vector<pid_t> FileTimers::DueBy(absl::Time t) const {
+  std::vector<pid_t> pids;
+  for (const auto& [key, timer] : timers_) {
+    if (timer.expires <= t && timer.signal > 0 && (pids.empty() || pids.back() != key.first)) {
+      pids.push_back(key.first);
+    }
+  }
+  return pids;
+}
+
 std::optional<absl::Time> FileTimers::NextExpiry() const {
   std::optional<absl::Time> next;
   for (const auto& [key, timer] : timers_) {

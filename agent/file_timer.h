@@ -70,6 +70,9 @@ class FileTimers {
   // (or, with signal 0, its earliest). Every timer of those pids is cleared.
   std::vector<TimerExpiry> Expire(absl::Time now);
 
+  // The pids with a timer that asks for a signal and runs out by `t`.
+  std::vector<pid_t> DueBy(absl::Time t) const;
+
   // When the earliest timer runs out; nullopt: none is set.
   std::optional<absl::Time> NextExpiry() const;
 

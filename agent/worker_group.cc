@@ -1,9 +1,12 @@
 #include "agent/worker_group.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+#include <map>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -11,11 +14,34 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "agent/error_file.h"
+#include "agent/stack_capture.h"
 
 namespace muster {
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
+// Per tool and worker: a few hundred frames.
+constexpr size_t kMaxStackBytes = 256 * 1024;
+
+// The flight recorder dump PyTorch's NCCL watchdog writes for `rank` (to
+// TORCH_NCCL_DEBUG_INFO_TEMP_FILE + rank, /tmp/nccl_trace_rank_ by default)
+// when it is on, if one was written since `since`.
+std::string NcclDump(const std::vector<std::string>& env, int rank, absl::Time since) {
+  std::string prefix = "/tmp/nccl_trace_rank_";
+  bool on = false;
+  for (const std::string& entry : env) {
+    absl::string_view view(entry);
+    if (absl::ConsumePrefix(&view, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=")) prefix = std::string(view);
+    if (absl::ConsumePrefix(&view, "TORCH_NCCL_DUMP_ON_TIMEOUT="))
+      on = view == "1" || view == "true";
+    if (absl::ConsumePrefix(&view, "TORCH_NCCL_TRACE_BUFFER_SIZE=")) on = on || view != "0";
+  }
+  if (!on) return "";
+  const std::string path = absl::StrCat(prefix, rank);
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || absl::TimeFromTimespec(st.st_mtim) < since) return "";
+  return path;
+}
 
 // A /proc file's text, at most 4 KiB of it.
 bool ReadSmallFile(const std::string& path, std::string* text) {
@@ -121,6 +147,7 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
       break;
     }
     worker.process = *std::move(child);
+    worker.started = clock_.Now();
     worker.out_fd = worker.process->TakeStdout();
     worker.err_fd = worker.process->TakeStderr();
     Worker* self = &worker;
@@ -166,6 +193,43 @@ WorkerFailure WorkerGroup::Exited(Worker& worker, ExitStatus status) {
 void WorkerGroup::SignalAll(int sig) {
   for (Worker& worker : workers_) {
     if (worker.process && !worker.process->exited()) worker.process->SignalGroup(sig);
+  }
+}
+
+std::vector<WorkerGroup::Worker*> WorkerGroup::Running() {
+  std::vector<Worker*> running;
+  for (Worker& worker : workers_) {
+    if (worker.process && !worker.process->exited()) running.push_back(&worker);
+  }
+  return running;
+}
+
+void WorkerGroup::CaptureStacks(const std::vector<Worker*>& workers, absl::Duration limit) {
+  const std::string script = options_.run_dir + "/pystacks.py";
+  if (!wrote_script_) {
+    absl::Status written = WritePythonStacksScript(script);
+    if (!written.ok()) logger_->warn("{}", written.message());
+    wrote_script_ = true;
+  }
+  std::vector<std::pair<pid_t, std::vector<StackTool>>> targets;
+  for (const Worker* worker : workers) {
+    const pid_t pid = worker->process->pid();
+    targets.emplace_back(pid, StackToolsFor(pid, script));
+  }
+  std::map<pid_t, std::string> stacks = muster::CaptureStacks(targets, limit, kMaxStackBytes);
+  for (Worker* worker : workers) {
+    const pid_t pid = worker->process->pid();
+    worker->stack = stacks[pid];
+    worker->stack_file = RankDir(*worker) + "/stack.txt";
+    const std::string text =
+        absl::StrCat("stacks of rank ", worker->rank, " (local rank ", worker->local_rank, ", pid ",
+                     pid, ") at ", absl::FormatTime(clock_.Now()), "\n", worker->stack);
+    absl::StatusOr<UniqueFd> file = OpenLogFile(worker->stack_file);
+    if (!file.ok() || write(file->get(), text.data(), text.size()) < 0) {
+      logger_->warn("cannot write {}: {}", worker->stack_file,
+                    file.ok() ? std::strerror(errno) : file.status().message());
+      worker->stack_file.clear();
+    }
   }
 }
 
@@ -244,6 +308,7 @@ WorkerFailure WorkerGroup::Describe(const Worker& worker, ExitStatus status,
   failure.stack = worker.stack;
   failure.stack_file = worker.stack_file;
   if (status.success()) return failure;
+  failure.nccl_dump = NcclDump(options_.base_env, worker.rank, worker.started);
   if (!message.empty()) {
     failure.error = WorkerError{message, "", std::nullopt};
   } else if (!worker.error_file.empty()) {

@@ -45,6 +45,7 @@ class WorkerGroup {
     std::optional<WorkerOutput> out, err;
     // Why muster killed it, when it did (WorkerFailure's fields of the same names).
     std::string killed_for, stack, stack_file;
+    absl::Time started;
   };
   struct Started {
     int count = 0;
@@ -76,6 +77,13 @@ class WorkerGroup {
   WorkerFailure Exited(Worker& worker, ExitStatus status);
   // Sends `sig` to every running worker's process group.
   void SignalAll(int sig);
+  // Takes the stacks of every thread of each of `workers` (stack_capture.h),
+  // at most `limit` in all, and keeps them with each worker (its `stack`)
+  // and in <rank dir>/stack.txt, ready for the failure report.
+  void CaptureStacks(const std::vector<Worker*>& workers, absl::Duration limit);
+  // The workers still running.
+  std::vector<Worker*> Running();
+
   // Gives up on every worker still running (SIGKILL did not end it; see
   // Process::Abandon), logging each one's pid and what the kernel says it
   // waits in. Returns how many.
@@ -97,6 +105,7 @@ class WorkerGroup {
   std::shared_ptr<spdlog::logger> logger_;
   std::vector<Worker> workers_;
   std::vector<std::unique_ptr<Process>> abandoned_;
+  bool wrote_script_ = false;  // <run_dir>/pystacks.py, for CaptureStacks
 };
 
 }  // namespace muster

@@ -217,6 +217,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"watch", "unary"}));
   double keepalive_interval_s = 1;
   app.add_option("--keepalive-interval", keepalive_interval_s)->group("");
+  app.add_option("--server-ping", config.server_ping_s,
+                 "seconds between the server's pings of each connection (musterd "
+                 "--ping-interval, which finds a stopped agent); 0: no pings")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--timeout", timeout_s,
                  "seconds each join phase (join, restart round, watches after a server "
                  "restart) may take; bounds the whole run")
@@ -269,6 +274,7 @@ int main(int argc, char** argv) {
   if (serve) {
     muster::rdzv::ServerOptions options;
     options.keepalive_interval = absl::Seconds(keepalive_interval_s);
+    options.ping_interval = absl::Seconds(config.server_ping_s);
     return scale::ServeMain(config.timeout, config.server_deadlock_detection, options, serve_port,
                             plan.state.parent);
   }

@@ -203,6 +203,7 @@ ServerOptions ServerOptionsFor(const RunConfig& config) {
   ServerOptions options;
   options.keepalive_interval =
       config.unary_heartbeats ? absl::Hours(1) : absl::Seconds(config.heartbeat_interval_s);
+  options.ping_interval = absl::Seconds(config.server_ping_s);
   return options;
 }
 

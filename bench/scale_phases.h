@@ -26,6 +26,9 @@ struct RunConfig {
   // watch stream is down), or by the open watch streams with the server's
   // keepalive pings every heartbeat_interval_s (what agents do).
   bool unary_heartbeats = false;
+  // The server's HTTP/2 keepalive ping of every connection (ServerOptions::
+  // ping_interval, musterd --ping-interval); 0: none.
+  double server_ping_s = 10.0;
   absl::Duration timeout = absl::Seconds(60);
   bool watch = true;
   bool server_deadlock_detection = false;  // musterd and muster turn it off

@@ -54,7 +54,8 @@ struct ChildProcess {
 // its state in `state_dir` (none if empty); returns once it has printed its
 // port, within 10 s.
 absl::StatusOr<ChildProcess> SpawnServe(absl::Duration limit, bool deadlock_detection,
-                                        absl::Duration keepalive_interval, int port,
+                                        absl::Duration keepalive_interval,
+                                        absl::Duration ping_interval, int port,
                                         const std::string& state_dir) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
@@ -70,9 +71,10 @@ absl::StatusOr<ChildProcess> SpawnServe(absl::Duration limit, bool deadlock_dete
   const std::string seconds = absl::StrCat(absl::ToInt64Seconds(limit) + 1);
   const std::string keepalive = absl::StrCat(absl::ToDoubleSeconds(keepalive_interval));
   const std::string port_text = absl::StrCat(port);
+  const std::string ping = absl::StrCat(absl::ToDoubleSeconds(ping_interval));
   std::vector<const char*> argv = {
-      "rdzv_scale",           "--serve",         "--timeout",    seconds.c_str(),
-      "--keepalive-interval", keepalive.c_str(), "--serve-port", port_text.c_str()};
+      "rdzv_scale",      "--serve",      "--timeout",       seconds.c_str(), "--keepalive-interval",
+      keepalive.c_str(), "--serve-port", port_text.c_str(), "--server-ping", ping.c_str()};
   if (deadlock_detection) argv.push_back("--server-deadlock-detection");
   if (!state_dir.empty()) {
     argv.push_back("--state-dir");
@@ -116,12 +118,14 @@ class ChildServer final : public ServerUnderTest {
   static absl::StatusOr<std::unique_ptr<ChildServer>> Spawn(absl::Duration limit,
                                                             bool deadlock_detection,
                                                             absl::Duration keepalive_interval,
+                                                            absl::Duration ping_interval,
                                                             const std::string& state_dir) {
     absl::StatusOr<ChildProcess> process =
-        SpawnServe(limit, deadlock_detection, keepalive_interval, 0, state_dir);
+        SpawnServe(limit, deadlock_detection, keepalive_interval, ping_interval, 0, state_dir);
     if (!process.ok()) return process.status();
-    return std::unique_ptr<ChildServer>(new ChildServer(
-        *std::move(process), limit, deadlock_detection, keepalive_interval, state_dir));
+    return std::unique_ptr<ChildServer>(new ChildServer(*std::move(process), limit,
+                                                        deadlock_detection, keepalive_interval,
+                                                        ping_interval, state_dir));
   }
 
   // Closes the child's stdin, which ends it; kills it if it is still there 5 s later.
@@ -146,8 +150,8 @@ class ChildServer final : public ServerUnderTest {
     child_.pid = 0;
     child_.stdin_fd.reset();
     times->spawned = std::chrono::steady_clock::now();
-    absl::StatusOr<ChildProcess> next =
-        SpawnServe(limit_, deadlock_detection_, keepalive_interval_, child_.port, state_dir_);
+    absl::StatusOr<ChildProcess> next = SpawnServe(limit_, deadlock_detection_, keepalive_interval_,
+                                                   ping_interval_, child_.port, state_dir_);
     if (!next.ok()) return next.status();
     times->listening = std::chrono::steady_clock::now();
     child_ = *std::move(next);
@@ -156,14 +160,17 @@ class ChildServer final : public ServerUnderTest {
 
  private:
   ChildServer(ChildProcess child, absl::Duration limit, bool deadlock_detection,
-              absl::Duration keepalive_interval, std::string state_dir)
+              absl::Duration keepalive_interval, absl::Duration ping_interval,
+              std::string state_dir)
       : child_(std::move(child)), limit_(limit), deadlock_detection_(deadlock_detection),
-        keepalive_interval_(keepalive_interval), state_dir_(std::move(state_dir)) {}
+        keepalive_interval_(keepalive_interval), ping_interval_(ping_interval),
+        state_dir_(std::move(state_dir)) {}
 
   ChildProcess child_;
   const absl::Duration limit_;
   const bool deadlock_detection_;
   const absl::Duration keepalive_interval_;
+  const absl::Duration ping_interval_;
   const std::string state_dir_;
 };
 
@@ -263,8 +270,8 @@ absl::StatusOr<std::unique_ptr<ServerUnderTest>> StartServerUnderTest(
     if (!started.ok()) return started.status();
     return std::make_unique<InProcessServer>(*std::move(started));
   }
-  absl::StatusOr<std::unique_ptr<ChildServer>> child =
-      ChildServer::Spawn(limit, deadlock_detection, options.keepalive_interval, state_dir);
+  absl::StatusOr<std::unique_ptr<ChildServer>> child = ChildServer::Spawn(
+      limit, deadlock_detection, options.keepalive_interval, options.ping_interval, state_dir);
   if (!child.ok()) return child.status();
   return std::unique_ptr<ServerUnderTest>(*std::move(child));
 }

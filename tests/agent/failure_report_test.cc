@@ -128,6 +128,31 @@ TEST(FormatFailureReportTest, RootCauseWithoutErrorFileSaysHowToGetOne) {
   EXPECT_THAT(report, Not(HasSubstr("traceback")));
 }
 
+TEST(FormatFailureReportTest, AWorkerMusterKilledForHangingSaysWhyAndWhereItHung) {
+  WorkerFailure hung = Failure(1, At(10));
+  hung.signal = SIGKILL;
+  hung.killed_for = "its file timer 'step' expired 0.12 s ago (pid 1001, killed with SIGKILL)";
+  hung.stack_file = "/logs/attempt_0/1/stack.txt";
+  std::string stack = "native frames (eu-stack):\n";
+  for (int i = 0; i < 100; ++i) stack += "#" + std::to_string(i) + " frame\n";
+  hung.stack = stack;
+  hung.nccl_dump = "/tmp/nccl_trace_rank_1";
+  const std::string report = FormatFailureReport("train.py", 1, {hung});
+  SCOPED_TRACE(report);
+  // In the table, in place of the missing error file's hint.
+  EXPECT_THAT(report, HasSubstr("Signal 9 (SIGKILL)  1970-01-01T00:00:10.000Z  its file timer "
+                                "'step' expired 0.12 s ago"));
+  const std::string root = report.substr(report.find("Root Cause"));
+  EXPECT_THAT(root, HasSubstr("muster killed it: its file timer 'step' expired"));
+  EXPECT_THAT(root, HasSubstr("stacks    : /logs/attempt_0/1/stack.txt\n"
+                              "    native frames (eu-stack):\n    #0 frame\n"));
+  EXPECT_THAT(root, HasSubstr("#78 frame\n    ... 21 more lines in the file above\n"))
+      << "80 lines shown (a heading and 79 frames), the other 21 in the file";
+  EXPECT_THAT(root, Not(HasSubstr("#79 frame")));
+  EXPECT_THAT(root, HasSubstr("NCCL flight recorder dump: /tmp/nccl_trace_rank_1\n"));
+  EXPECT_THAT(root, Not(HasSubstr("no error file written")));
+}
+
 TEST(FormatFailureReportTest, MessageFallsBackToTheTracebacksLastLine) {
   WorkerFailure failure = Failure(1, At(10), At(9));
   failure.error->message = "";

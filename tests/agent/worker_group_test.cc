@@ -147,7 +147,7 @@ class WorkerGroupTest : public ::testing::Test {
     options.program = "/usr/bin/python3";
     options.host = "node-a";
     options.run_dir = run_dir_;
-    options.base_env = {"PATH=/opt/bin", "KEEP=me", "RANK=stale"};
+    options.base_env = base_env_;
     options.console_out = console_write_.get();
     options.console_err = console_write_.get();
     group_ = std::make_unique<WorkerGroup>(std::move(options), runner_, *loop_, clock_);
@@ -167,6 +167,7 @@ class WorkerGroupTest : public ::testing::Test {
 
   FakeClock clock_;
   FakeRunner runner_;
+  std::vector<std::string> base_env_ = {"PATH=/opt/bin", "KEEP=me", "RANK=stale"};
   LaunchConfig config_;
   std::string run_dir_;
   UniqueFd console_read_, console_write_;
@@ -239,6 +240,17 @@ TEST_F(WorkerGroupTest, AWorkerThatCannotDieIsLeftBehindAndTheNextAttemptStarts)
   EXPECT_TRUE(group.ReapedAbandoned(101));
   EXPECT_FALSE(group.ReapedAbandoned(101));
   EXPECT_FALSE(group.ReapedAbandoned(102)) << "a running worker is not an abandoned one";
+}
+
+TEST_F(WorkerGroupTest, AFailedWorkersNcclFlightRecorderDumpIsPointedTo) {
+  const std::string prefix = run_dir_ + "/nccl_trace_";
+  base_env_ = {"TORCH_NCCL_DUMP_ON_TIMEOUT=1", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=" + prefix};
+  WorkerGroup& group = Group(2);
+  group.Start(Placement(4, 6), 0);
+  std::ofstream(prefix + "4") << "dump";  // rank 4's, written while it ran
+  EXPECT_EQ(group.Exited(*group.Find(100), ExitStatus{0, SIGABRT}).nccl_dump, prefix + "4");
+  EXPECT_EQ(group.Exited(*group.Find(101), ExitStatus{0, SIGABRT}).nccl_dump, "")
+      << "rank 5 wrote none";
 }
 
 TEST_F(WorkerGroupTest, AFailedWorkerIsDescribedWithWhatItsErrorFileSays) {
