@@ -180,11 +180,11 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
     }
     rdzv::ServerOptions server_options;
     server_options.token = token;  // the same as its agents': they call with it
-    // A stopped agent is found by its unanswered ping well within the
-    // heartbeat timeout (see ServerOptions::ping_interval).
+    // A stopped agent is dropped at most heartbeat_timeout plus a sixth of it
+    // (5 s at most) after it stopped (see ServerOptions::ping_interval).
     const absl::Duration heartbeat = absl::FromChrono(config.rdzv_conf.heartbeat_timeout);
-    server_options.ping_interval = std::clamp(heartbeat / 3, absl::Seconds(1), absl::Seconds(10));
-    server_options.ping_timeout = std::clamp(heartbeat / 6, absl::Seconds(1), absl::Seconds(5));
+    server_options.ping_interval = std::clamp(heartbeat / 6, absl::Seconds(1), absl::Seconds(5));
+    server_options.ping_timeout = server_options.ping_interval;
     if (!tls.empty()) {
       // The same files as its agents': they check its certificate against
       // cacert, and it requires theirs.

@@ -211,13 +211,14 @@ int Main(int argc, char** argv) {
   std::string ping_interval_text = "10s", ping_timeout_text = "5s";
   app.add_option("--ping-interval", ping_interval_text,
                  "ping every agent's connection this often (HTTP/2 PING, answered by the agent "
-                 "process itself), so that an agent that is stopped or hung is found and its "
-                 "node dropped; the cost is about 40 us of CPU per ping")
+                 "process itself): an agent that is stopped or hung is dropped between its "
+                 "heartbeat_timeout and heartbeat_timeout + this after it stopped answering; "
+                 "about 15 us of CPU per ping")
       ->type_name("DURATION")
       ->capture_default_str();
   app.add_option("--ping-timeout", ping_timeout_text,
-                 "close a connection whose ping goes unanswered this long; its node is dropped "
-                 "its heartbeat_timeout after its last answer")
+                 "close a connection whose ping goes unanswered this long (its node's "
+                 "heartbeat_timeout counts from the unanswered ping)")
       ->type_name("DURATION")
       ->capture_default_str();
   app.add_option("--max-join-timeout", max_join_timeout_text,

@@ -149,9 +149,12 @@ struct ServerOptions {
   // one whose ping goes unanswered for `ping_timeout`. The kernel's probes
   // cannot find an agent that is stopped (SIGSTOP) or hung while its host
   // answers TCP: a ping is answered by the agent process itself. Closing
-  // the connection ends its watch stream, and the node is dropped its
-  // heartbeat timeout after its last answer (hub.state.stream_silence,
-  // which Start sets to the sum). Zero: no pings.
+  // the connection ends its watch stream; the node's heartbeat timeout
+  // then counts from the unanswered ping (hub.state.stream_silence, which
+  // Start sets to ping_timeout), so the node is dropped between
+  // heartbeat_timeout and heartbeat_timeout + ping_interval after it stopped
+  // answering. A ping costs the server about 15 us (Debian's gRPC, 10,000
+  // connections; docs/BENCHMARKS.md). Zero: no pings.
   absl::Duration ping_interval = absl::Seconds(10);
   absl::Duration ping_timeout = absl::Seconds(5);
 

@@ -128,6 +128,19 @@ TEST(FileTimersTest, ExpiredTimersWithoutASignalAreReportedAsSuchAndCleared) {
   EXPECT_EQ(timers.size(), 0u);
 }
 
+TEST(FileTimersTest, DueBySaysWhoseSignalledTimersRunOutByThenWithoutClearingThem) {
+  FileTimers timers;
+  timers.Take(Line(10, "a", In(1), 9), AnyPid);
+  timers.Take(Line(10, "b", In(2), 9), AnyPid);
+  timers.Take(Line(11, "no_signal", In(1), 0), AnyPid);
+  timers.Take(Line(12, "later", In(5), 9), AnyPid);
+  EXPECT_EQ(timers.DueBy(kNow), std::vector<pid_t>{});
+  EXPECT_EQ(timers.DueBy(kNow + absl::Seconds(2)), std::vector<pid_t>{10})
+      << "each pid once; a timer without a signal is not acted on";
+  EXPECT_EQ(timers.DueBy(kNow + absl::Seconds(5)), (std::vector<pid_t>{10, 12}));
+  EXPECT_EQ(timers.size(), 4u);
+}
+
 TEST(FileTimersTest, ATimerForAPidNotOursChangesNothingAndIsCounted) {
   FileTimers timers;
   auto only_10 = [](pid_t pid) { return pid == 10; };

@@ -224,7 +224,7 @@ class Daemon(MusterdTest):
         result = run([MUSTERD, "--help"], timeout=10)
         self.assertEqual(result.returncode, 0, result.stderr)
         for text in ("--listen", "--port", "29400", "--max-join-timeout", "--max-jobs",
-                     "Exit status"):
+                     "--ping-interval", "--ping-timeout", "Exit status"):
             self.assertIn(text, result.stdout)
         result = run([MUSTERD, "--version"], timeout=10)
         self.assertEqual(result.returncode, 0, result.stderr)
@@ -233,7 +233,8 @@ class Daemon(MusterdTest):
     def test_bad_flags_exit_2_with_one_line(self):
         for args in (["--port", "70000"], ["--bogus"], ["--listen", "127.0.0.1:5"], ["extra"],
                      ["--max-jobs", "0"], ["--max-join-timeout", "soon"],
-                     ["--max-join-timeout", "0"]):
+                     ["--max-join-timeout", "0"], ["--ping-interval", "0"],
+                     ["--ping-timeout", "soon"]):
             with self.subTest(args=args):
                 result = run([MUSTERD, *args], timeout=10)
                 self.assertEqual(result.returncode, 2, result.stderr)

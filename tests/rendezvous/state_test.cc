@@ -494,8 +494,8 @@ TEST_F(StateTest, AnOpenWatchStreamIsAHeartbeatAndItsEndStartsTheTimeout) {
 }
 
 // The server pings each connection (ServerOptions::ping_interval): a stream
-// that ended for an unanswered ping was silent since up to interval +
-// timeout before, so the heartbeat timeout counts from then.
+// that ended for an unanswered ping had been silent for the ping timeout at
+// least, so the heartbeat timeout counts from the unanswered ping.
 class StreamSilenceTest : public StateTest {
  protected:
   static StateOptions Options() {
@@ -506,7 +506,7 @@ class StreamSilenceTest : public StateTest {
   StreamSilenceTest() : StateTest(Options()) {}
 };
 
-TEST_F(StreamSilenceTest, TheHeartbeatTimeoutOfAnEndedStreamCountsFromTheLastPingAnswered) {
+TEST_F(StreamSilenceTest, TheHeartbeatTimeoutOfAnEndedStreamCountsFromTheUnansweredPing) {
   Form({{"a"}, {"b"}}, At(0));
   Effects effects;
   state_.SetWatching({job_, "a"}, true, At(1'000), &effects);
