@@ -213,7 +213,7 @@ int Main(int argc, char** argv) {
                  "ping every agent's connection this often (HTTP/2 PING, answered by the agent "
                  "process itself): an agent that is stopped or hung is dropped between its "
                  "heartbeat_timeout and heartbeat_timeout + this after it stopped answering; "
-                 "about 15 us of CPU per ping")
+                 "about 20 us of CPU per ping")
       ->type_name("DURATION")
       ->capture_default_str();
   app.add_option("--ping-timeout", ping_timeout_text,

@@ -153,7 +153,7 @@ struct ServerOptions {
   // then counts from the unanswered ping (hub.state.stream_silence, which
   // Start sets to ping_timeout), so the node is dropped between
   // heartbeat_timeout and heartbeat_timeout + ping_interval after it stopped
-  // answering. A ping costs the server about 15 us (Debian's gRPC, 10,000
+  // answering. A ping costs the server about 20 us (Debian's gRPC, 10,000
   // connections; docs/BENCHMARKS.md). Zero: no pings.
   absl::Duration ping_interval = absl::Seconds(10);
   absl::Duration ping_timeout = absl::Seconds(5);
