@@ -44,15 +44,6 @@ std::string ReadLink(const std::string& path) {
   return length > 0 ? std::string(target, static_cast<size_t>(length)) : "";
 }
 
-// A /proc file's text, at most 4 KiB of it; "" when it cannot be read.
-std::string ReadSmall(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return "";
-  char buffer[4096];
-  const ssize_t n = read(fd.get(), buffer, sizeof buffer);
-  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : "";
-}
-
 // The agent's environment without what would make a tool reach the network
 // (debuginfod downloads debug symbols) or read the user's gdb settings.
 std::vector<std::string> ToolEnvironment() {
@@ -199,11 +190,11 @@ std::vector<std::string> ThreadsInDState(pid_t pid) {
   while (const dirent* entry = readdir(dir.get())) {
     if (entry->d_name[0] == '.') continue;
     const std::string task = absl::StrCat(tasks, "/", entry->d_name);
-    std::string stat = ReadSmall(task + "/stat");
+    std::string stat = ReadProcFile(task + "/stat");
     // "tid (comm) S ...": the state follows the last ')'.
     const size_t paren = stat.rfind(')');
     if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'D') continue;
-    std::string wchan = ReadSmall(task + "/wchan");
+    std::string wchan = ReadProcFile(task + "/wchan");
     stuck.push_back(wchan.empty() || wchan == "0" ? std::string(entry->d_name)
                                                   : absl::StrCat(entry->d_name, " in ", wchan));
   }
@@ -211,6 +202,14 @@ std::vector<std::string> ThreadsInDState(pid_t pid) {
 }
 
 }  // namespace
+
+std::string ReadProcFile(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return "";
+  char buffer[4096];
+  const ssize_t n = read(fd.get(), buffer, sizeof buffer);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : "";
+}
 
 const char* PythonStacksScript() {
   return R"py(# Each Python thread's frames, read from the interpreter's memory (CPython

@@ -36,6 +36,9 @@ struct StackTool {
   std::string keep_from, drop_from;
 };
 
+// A /proc file's text, at most 4 KiB of it; "" when it cannot be read.
+std::string ReadProcFile(const std::string& path);
+
 // The gdb script that prints each Python thread's frames (CPython 3.11),
 // which StackToolsFor's gdb runs from `script`.
 const char* PythonStacksScript();

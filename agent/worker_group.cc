@@ -43,29 +43,19 @@ std::string NcclDump(const std::vector<std::string>& env, int rank, absl::Time s
   return path;
 }
 
-// A /proc file's text, at most 4 KiB of it.
-bool ReadSmallFile(const std::string& path, std::string* text) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return false;
-  char buffer[4096];
-  const ssize_t n = read(fd.get(), buffer, sizeof buffer);
-  if (n < 0) return false;
-  text->assign(buffer, static_cast<size_t>(n));
-  return true;
-}
-
 // What the kernel says `pid` is doing: its state, and the kernel function it
 // sleeps in ("state D (disk sleep), in nfs_wait_bit_killable").
 std::string KernelWait(pid_t pid) {
-  std::string stat, wchan;
   const std::string dir = absl::StrCat("/proc/", pid);
-  if (!ReadSmallFile(dir + "/status", &stat)) return "its state cannot be read";
+  const std::string stat = ReadProcFile(dir + "/status");
+  if (stat.empty()) return "its state cannot be read";
   std::string state = "state unknown";
   for (absl::string_view line : absl::StrSplit(stat, '\n')) {
     if (absl::ConsumePrefix(&line, "State:"))
       state = absl::StrCat("state ", absl::StripAsciiWhitespace(line));
   }
-  if (ReadSmallFile(dir + "/wchan", &wchan) && !wchan.empty() && wchan != "0") {
+  const std::string wchan = ReadProcFile(dir + "/wchan");
+  if (!wchan.empty() && wchan != "0") {
     return absl::StrCat(state, ", in ", wchan);
   }
   return state;
