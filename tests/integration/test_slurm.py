@@ -3,6 +3,7 @@ real Slurm here: tests/scripts for that come with issue 5's local cluster).
 """
 import os
 import random
+import socket
 import subprocess
 
 from harness import MUSTER, PYTHON, TempDirTest, env, muster, worker_records, WORKERS
@@ -17,15 +18,34 @@ def slurm_env(job_id, node_id, nnodes=2, nodelist="localhost,localhost", **extra
 
 
 class SlurmEnvironment(TempDirTest):
+    @staticmethod
+    def free_job_id():
+        """A job id whose rendezvous port (20000 + id % 10000) nothing holds now."""
+        while True:
+            job_id = random.randrange(100000, 999999)
+            with socket.socket() as s:
+                try:
+                    s.bind(("0.0.0.0", 20000 + job_id % 10000))
+                    return job_id
+                except OSError:
+                    continue
+
     def agents(self, *args, **extra):
-        job_id = random.randrange(100000, 999999)
+        job_id = self.free_job_id()
         procs = []
         for node in range(2):
             procs.append(subprocess.Popen(
                 [MUSTER, *args, RECORD, self.tmp, "--seconds", "0.2"],
                 env=env(**slurm_env(job_id, node), **extra), stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL))
-        out = [p.communicate(timeout=120) for p in procs]
+        try:
+            out = [p.communicate(timeout=120) for p in procs]
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            tails = [p.communicate()[1][-3000:] for p in procs]
+            self.fail(f"the agents of Slurm job {job_id} did not end in 120 s:\n"
+                      + "\n---\n".join(tails))
         return [p.returncode for p in procs], out, job_id
 
     def test_no_flags_two_nodes_from_the_allocation(self):
