@@ -19,6 +19,7 @@
 #include "agent/event_loop.h"
 #include "agent/file_timer.h"
 #include "agent/output.h"
+#include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -62,28 +63,6 @@ std::string RandomSuffix() {
 
 std::string RankRange(int first, int count) {
   return count == 1 ? absl::StrCat(first) : absl::StrCat(first, "-", first + count - 1);
-}
-
-// The value of `name` in KEY=VALUE entries; nullopt when unset.
-std::optional<std::string> FindEnv(const std::vector<std::string>& env, const std::string& name) {
-  for (const std::string& entry : env) {
-    if (entry.size() > name.size() && entry[name.size()] == '=' && absl::StartsWith(entry, name)) {
-      return entry.substr(name.size() + 1);
-    }
-  }
-  return std::nullopt;
-}
-
-void SetEnv(std::vector<std::string>& env, const std::string& name, const std::string& value) {
-  std::string entry = absl::StrCat(name, "=", value);
-  for (std::string& existing : env) {
-    if (existing.size() > name.size() && existing[name.size()] == '=' &&
-        absl::StartsWith(existing, name)) {
-      existing = std::move(entry);
-      return;
-    }
-  }
-  env.push_back(std::move(entry));
 }
 
 ElasticOptions ElasticOptionsFor(const AgentOptions& options, const std::string& target) {

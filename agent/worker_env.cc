@@ -1,7 +1,9 @@
 #include "agent/worker_env.h"
 
+#include <algorithm>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 
@@ -66,6 +68,34 @@ std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
     set("OMP_NUM_THREADS", "1");
   }
   return env;
+}
+
+namespace {
+
+// Where `name`'s entry is in `env`, or end().
+template <typename Env>
+auto FindEntry(Env& env, const std::string& name) {
+  return std::find_if(env.begin(), env.end(), [&](const std::string& entry) {
+    return entry.size() > name.size() && entry[name.size()] == '=' && absl::StartsWith(entry, name);
+  });
+}
+
+}  // namespace
+
+std::optional<std::string> FindEnv(const std::vector<std::string>& env, const std::string& name) {
+  auto it = FindEntry(env, name);
+  if (it == env.end()) return std::nullopt;
+  return it->substr(name.size() + 1);
+}
+
+void SetEnv(std::vector<std::string>& env, const std::string& name, const std::string& value) {
+  std::string entry = absl::StrCat(name, "=", value);
+  auto it = FindEntry(env, name);
+  if (it == env.end()) {
+    env.push_back(std::move(entry));
+  } else {
+    *it = std::move(entry);
+  }
 }
 
 }  // namespace muster

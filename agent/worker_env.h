@@ -3,6 +3,7 @@
 #ifndef MUSTER_AGENT_WORKER_ENV_H_
 #define MUSTER_AGENT_WORKER_ENV_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,12 @@ std::vector<std::string> WorkerCommand(const LaunchConfig& config, const std::st
 std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
                                            const NodePlacement& placement,
                                            const WorkerIdentity& worker);
+
+// The value of `name` in KEY=VALUE entries; nullopt when unset.
+std::optional<std::string> FindEnv(const std::vector<std::string>& env, const std::string& name);
+
+// Sets `name` in KEY=VALUE entries: in place when there, else last.
+void SetEnv(std::vector<std::string>& env, const std::string& name, const std::string& value);
 
 }  // namespace muster
 

@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "agent/error_file.h"
 #include "agent/stack_capture.h"
+#include "agent/worker_env.h"
 
 namespace muster {
 namespace {
@@ -27,17 +28,11 @@ constexpr size_t kMaxStackBytes = 256 * 1024;
 // TORCH_NCCL_DEBUG_INFO_TEMP_FILE + rank, /tmp/nccl_trace_rank_ by default)
 // when it is on, if one was written since `since`.
 std::string NcclDump(const std::vector<std::string>& env, int rank, absl::Time since) {
-  std::string prefix = "/tmp/nccl_trace_rank_";
-  bool on = false;
-  for (const std::string& entry : env) {
-    absl::string_view view(entry);
-    if (absl::ConsumePrefix(&view, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=")) prefix = std::string(view);
-    if (absl::ConsumePrefix(&view, "TORCH_NCCL_DUMP_ON_TIMEOUT="))
-      on = view == "1" || view == "true";
-    if (absl::ConsumePrefix(&view, "TORCH_NCCL_TRACE_BUFFER_SIZE=")) on = on || view != "0";
-  }
-  if (!on) return "";
-  const std::string path = absl::StrCat(prefix, rank);
+  const std::string dump = FindEnv(env, "TORCH_NCCL_DUMP_ON_TIMEOUT").value_or("");
+  const std::string buffer = FindEnv(env, "TORCH_NCCL_TRACE_BUFFER_SIZE").value_or("0");
+  if (dump != "1" && dump != "true" && buffer == "0") return "";
+  const std::string path = absl::StrCat(
+      FindEnv(env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE").value_or("/tmp/nccl_trace_rank_"), rank);
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || absl::TimeFromTimespec(st.st_mtim) < since) return "";
   return path;

@@ -221,7 +221,7 @@ absl::StatusOr<RendezvousState::Job*> RendezvousState::FindLiveNode(const NodeKe
         absl::StrCat("job '", job->id, "' is closed: ", job->close_reason));
   }
   auto node = job->nodes.find(key.node_id);
-  if (node == job->nodes.end()) return NotInJob(*job, key.node_id);
+  if (node == job->nodes.end()) return NotInJob(*job, key.node_id, secret);
   if (!ConstantTimeEquals(node->second.secret, secret)) return WrongSecret(key);
   return job;
 }
@@ -653,7 +653,7 @@ absl::StatusOr<std::optional<WatchEvent>> RendezvousState::CatchUp(const NodeKey
     event.mutable_job_closed()->mutable_root_cause()->clear_message();
     return event;
   }
-  if (node == job.nodes.end()) return NotInJob(job, key.node_id);
+  if (node == job.nodes.end()) return NotInJob(job, key.node_id, secret);
   if (job.round > known_round) {
     if (job.last_round_change) return job.last_round_change;
     return RoundChangedEvent(job.round, RoundChanged::REASON_UNSPECIFIED, "the job moved on");
@@ -852,11 +852,12 @@ void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
                                       succeeded ? "succeeded" : "failed", ": ", job.close_reason));
 }
 
-absl::Status RendezvousState::NotInJob(const Job& job, const std::string& node_id) {
+absl::Status RendezvousState::NotInJob(const Job& job, const std::string& node_id,
+                                       absl::string_view secret) {
   auto removed = job.removed.find(node_id);
-  if (removed != job.removed.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("node ", node_id, " ", kDroppedFromJob, " '", job.id, "': ", removed->second));
+  if (removed != job.removed.end() && ConstantTimeEquals(removed->second.secret, secret)) {
+    return absl::NotFoundError(absl::StrCat("node ", node_id, " ", kDroppedFromJob, " '", job.id,
+                                            "': ", removed->second.why));
   }
   return absl::NotFoundError(absl::StrCat("node ", node_id, " is not part of job '", job.id, "'"));
 }
@@ -866,6 +867,7 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   auto node_it = job.nodes.find(node_id);
   if (node_it == job.nodes.end()) return;
   const std::string host = node_it->second.info.host();
+  std::string secret = node_it->second.secret;
   effects->rearm_timer = true;
   job.live_workers -= node_it->second.info.local_world_size();
   if (node_it->second.member) {
@@ -882,7 +884,9 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   job.not_back.erase(node_id);
   const bool was_done = job.done.erase(node_id) > 0;
   const std::string detail = absl::StrCat("node ", host, " ", why);
-  if (job.removed.insert_or_assign(node_id, detail).second) job.removed_order.push_back(node_id);
+  if (job.removed.insert_or_assign(node_id, Job::Removal{std::move(secret), detail}).second) {
+    job.removed_order.push_back(node_id);
+  }
   while (job.removed_order.size() > static_cast<size_t>(std::max(1, job.config.max_nodes()))) {
     job.removed.erase(job.removed_order.front());
     job.removed_order.pop_front();

@@ -278,16 +278,23 @@ class RendezvousState {
     std::optional<WatchEvent> last_round_change;
     bool journaled = false;  // a record of it was emitted: its end is one too
     // Nodes removed from the job, and why, so that a removed node that calls
-    // again (an agent that was stopped) learns what happened to it. At most
-    // config.max_nodes, the oldest forgotten first.
-    std::map<std::string, std::string> removed;
+    // again (an agent that was stopped) learns what happened to it; only a
+    // caller with that node's secret does. At most config.max_nodes, the
+    // oldest forgotten first.
+    struct Removal {
+      std::string secret;
+      std::string why;
+    };
+    std::map<std::string, Removal> removed;
     std::deque<std::string> removed_order;
   };
   using JobMap = std::map<std::string, Job, std::less<>>;
 
   Job* FindJob(absl::string_view job_id);
-  // kNotFound for a node that is not in `job`, saying why when it was removed.
-  static absl::Status NotInJob(const Job& job, const std::string& node_id);
+  // kNotFound for a node that is not in `job`, saying why when it was
+  // removed and the caller presents the secret it had.
+  static absl::Status NotInJob(const Job& job, const std::string& node_id,
+                               absl::string_view secret);
   // The job of a live node whose request presents `secret`.
   absl::StatusOr<Job*> FindLiveNode(const NodeKey& node, absl::string_view secret);
   // Seats waiting nodes (spares) in the open round, first come first

@@ -109,5 +109,17 @@ TEST(WorkerCommandTest, NoPython) {
   EXPECT_THAT(WorkerCommand(config, "./a.out", 1), ElementsAre("./a.out", "11"));
 }
 
+TEST(EnvEntriesTest, FindAndSetMatchTheWholeName) {
+  std::vector<std::string> env = {"PATH=/bin", "TORCH_NCCL=x", "TORCH=1", "EMPTY="};
+  EXPECT_EQ(FindEnv(env, "TORCH"), "1");
+  EXPECT_EQ(FindEnv(env, "EMPTY"), "");
+  EXPECT_EQ(FindEnv(env, "TORC"), std::nullopt);
+  EXPECT_EQ(FindEnv(env, "MISSING"), std::nullopt);
+  SetEnv(env, "TORCH", "2");
+  SetEnv(env, "NEW", "a=b");
+  EXPECT_THAT(env, ElementsAre("PATH=/bin", "TORCH_NCCL=x", "TORCH=2", "EMPTY=", "NEW=a=b"));
+  EXPECT_EQ(FindEnv(env, "NEW"), "a=b");
+}
+
 }  // namespace
 }  // namespace muster

@@ -539,6 +539,13 @@ TEST_F(StateTest, ARemovedNodeThatCallsAgainIsToldWhyItWasDropped) {
   absl::StatusOr<int64_t> stranger = state_.Heartbeat({job_, "z"}, SecretOf("z"), At(6'000));
   EXPECT_EQ(stranger.status().message(), absl::StrCat("node z is not part of job '", job_, "'"))
       << "a node never in the job is told only that";
+  for (absl::string_view wrong : {absl::string_view(), absl::string_view("secret-of-a")}) {
+    absl::StatusOr<int64_t> impostor = state_.Heartbeat({job_, "c"}, wrong, At(6'000));
+    EXPECT_EQ(impostor.status().message(), absl::StrCat("node c is not part of job '", job_, "'"))
+        << "only the dropped node itself learns why, not a caller that names it";
+    absl::StatusOr<std::optional<WatchEvent>> watch = state_.CatchUp({job_, "c"}, wrong, 0);
+    EXPECT_EQ(watch.status().message(), impostor.status().message());
+  }
 }
 
 TEST_F(StateTest, SilentNodeIsRemovedAndTheRoundReformsFromTheRest) {
