@@ -10,7 +10,7 @@ import subprocess
 import time
 import unittest
 
-from harness import MUSTER, ROOT, TempDirTest, env, muster, reserve_port, torchrun, wait_for
+from harness import ROOT, TempDirTest, env, muster, reserve_port, torchrun, wait_for
 
 HAVE_GPU = os.path.exists("/dev/nvidia0")
 # The GPUs the ranks see: CUDA_VISIBLE_DEVICES's entries where it is set.

@@ -6,7 +6,6 @@ rdzv-flood (tests/tools), clients of proto/rendezvous.proto of our own."""
 import json
 import os
 import subprocess
-import time
 import unittest
 
 from harness import MUSTER, RDZV_CALL, RDZV_FLOOD, run, wait_for

@@ -15,6 +15,7 @@ from harness import (MUSTER, PYTHON, TORCHRUN, WORKERS, OnDemandWorkers, TempDir
                      pid_alive,
                      read_file, run, torchrun, wait_for)
 from test_musterd import MusterdTest
+from test_trust import NODE_ID
 
 FILE_TIMER = os.path.join(WORKERS, "file_timer.py")
 
@@ -218,14 +219,15 @@ class StoppedAgent(OnDemandWorkers, MusterdTest):
                          if os.path.exists(self.path(n + ".err")))
 
     def agent(self, n, endpoint, *conf):
+        # At debug level an agent logs its node id, which the outsider below names.
         return self.spawn(f"agent{n}", [
             MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "stopped",
             "--nnodes", "2:3", "--nproc-per-node", "1", "--max-restarts", "3",
             "--rdzv-conf", ",".join([f"heartbeat_timeout={self.HEARTBEAT}", "keep_alive_interval=1",
                                      "last_call_timeout=1", *conf]),
-            "--no-python", PYTHON, self.ON_DEMAND, self.work])
+            "--no-python", PYTHON, self.ON_DEMAND, self.work], MUSTER_LOG_LEVEL="debug")
 
-    def check_stop_and_continue(self, agents, stopped):
+    def check_stop_and_continue(self, agents, stopped, while_stopped=lambda: None):
         first = self.pids(0, ranks=3)
         os.kill(agents[stopped].pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
@@ -236,6 +238,7 @@ class StoppedAgent(OnDemandWorkers, MusterdTest):
         reformed = time.monotonic() - stopped_at
         self.assertTrue(started, self.logs())
         self.assertLess(reformed, self.HEARTBEAT + 5, self.logs())
+        while_stopped()
         time.sleep(1)
         os.kill(agents[stopped].pid, signal.SIGCONT)
         return first
@@ -243,7 +246,16 @@ class StoppedAgent(OnDemandWorkers, MusterdTest):
     def test_stopped_agent_is_dropped_on_musterd(self):
         musterd, port = self.start_musterd("--ping-interval", "1", "--ping-timeout", "1")
         agents = [self.agent(n, f"127.0.0.1:{port}", "is_host=0") for n in range(3)]
-        first = self.check_stop_and_continue(agents, stopped=2)
+
+        def outsider_asks():
+            # Naming the dropped node without its secret tells an outsider nothing of why.
+            node = NODE_ID.search(self.read("agent2.err")).group(1)
+            for method in ("Heartbeat", "Watch"):
+                code, message, _ = self.call(port, method, {"jobId": "stopped", "nodeId": node})
+                self.assertEqual((code, message),
+                                 ("NOT_FOUND", f"node {node} is not part of job 'stopped'"))
+
+        first = self.check_stop_and_continue(agents, stopped=2, while_stopped=outsider_asks)
         # Continued, it learns why, stops its old worker and rejoins: the job
         # grows back to 3 nodes.
         said = wait_for(lambda: "was dropped from job 'stopped': node" in self.read("agent2.err"),

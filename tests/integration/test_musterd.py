@@ -2,6 +2,7 @@
 loopback: issue 3's "Must work" 6 (jobs kept apart) and 7 (bad input), and
 the daemon's own basics (start line, port in use, SIGTERM, --help)."""
 import glob
+import json
 import os
 import random
 import re
@@ -12,7 +13,8 @@ import subprocess
 import time
 import unittest
 
-from harness import MUSTER, ROOT, TempDirTest, env, read_env, reserve_port, run, wait_for
+from harness import (MUSTER, RDZV_CALL, ROOT, TempDirTest, env, read_env, reserve_port, run,
+                     wait_for)
 
 MUSTERD = os.environ.get("MUSTERD", os.path.join(ROOT, "build", "rendezvous", "musterd"))
 SERVING = re.compile(r"musterd: serving rendezvous on (\S+):(\d+)$", re.M)
@@ -34,6 +36,16 @@ class MusterdTest(TempDirTest):
         self.assertTrue(match, f"musterd did not start: {self.read(f'{name}.err')}")
         self.assertEqual(match.group(1), "127.0.0.1")
         return proc, int(match.group(2))
+
+    def call(self, port, method, request, *credential, timeout=3):
+        """rdzv-call's (status name, message, JSON lines printed before it)."""
+        result = run([RDZV_CALL, "--target", f"127.0.0.1:{port}", "--timeout", str(timeout),
+                      *credential, method, json.dumps(request)], timeout=timeout + 20)
+        lines = result.stdout.splitlines()
+        self.assertTrue(lines, f"rdzv-call printed nothing: {result.stderr}")
+        code, _, message = lines[-1].partition("\t")
+        self.assertEqual(result.returncode, 0 if code == "OK" else 1, result.stdout + result.stderr)
+        return code, message, [json.loads(line) for line in lines[:-1]]
 
     def start_agent(self, name, port, job, nnodes, outdir, *extra, nproc=1, **extra_env):
         """A muster agent of `job` whose workers write their environment to outdir/env.$RANK."""

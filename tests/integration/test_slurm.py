@@ -6,7 +6,7 @@ import random
 import socket
 import subprocess
 
-from harness import MUSTER, PYTHON, TempDirTest, env, muster, worker_records, WORKERS
+from harness import MUSTER, TempDirTest, env, muster, worker_records, WORKERS
 
 RECORD = os.path.join(WORKERS, "record.py")
 

@@ -3,14 +3,13 @@ without it. Real musterd and muster agents on loopback, and an outsider with
 rdzv-call (tests/tools/rdzv_call.cc) who knows the job's id, its config and
 its nodes' ids, but not the token."""
 import glob
-import json
 import os
 import re
 import time
 import unittest
 
 from certificates import make_certificates, openssl_missing
-from harness import MUSTER, MUSTERD, RDZV_CALL, read_env, reserve_port, run, wait_for
+from harness import MUSTER, MUSTERD, read_env, reserve_port, run, wait_for
 from test_musterd import MusterdTest
 
 JOB = "guarded"
@@ -39,16 +38,6 @@ class TrustTest(MusterdTest):
             MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", job,
             "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-conf", ",".join(conf),
             "--no-python", "sh", "-c", script], **extra_env)
-
-    def call(self, port, method, request, *credential, timeout=3):
-        """rdzv-call's (status name, message, JSON lines printed before it)."""
-        result = run([RDZV_CALL, "--target", f"127.0.0.1:{port}", "--timeout", str(timeout),
-                      *credential, method, json.dumps(request)], timeout=timeout + 20)
-        lines = result.stdout.splitlines()
-        self.assertTrue(lines, f"rdzv-call printed nothing: {result.stderr}")
-        code, _, message = lines[-1].partition("\t")
-        self.assertEqual(result.returncode, 0 if code == "OK" else 1, result.stdout + result.stderr)
-        return code, message, [json.loads(line) for line in lines[:-1]]
 
     def records(self, outdir):
         """{(rank, restart): environment} of every worker start so far."""
