@@ -56,9 +56,10 @@ namespace {
 RunResult RunOne(const RunConfig& config, ServerUnderTest* server) {
   RunResult result;
   result.nodes = config.nodes;
-  absl::StatusOr<Fleet> fleet = NewFleet(
-      server->target(), config.channels == 0 ? config.nodes : config.channels,
-      absl::StrCat("scale-", config.nodes, config.job_suffix), config.nodes, config.timeout);
+  absl::StatusOr<Fleet> fleet =
+      NewFleet(server->target(), config.channels == 0 ? config.nodes : config.channels,
+               absl::StrCat("scale-", config.nodes, config.job_suffix), config.nodes,
+               config.timeout, absl::Seconds(config.client_ping_s));
   if (!fleet.ok()) {
     result.error = std::string(fleet.status().message());
     return result;
@@ -222,6 +223,11 @@ int main(int argc, char** argv) {
                  "--ping-interval, which finds a stopped agent); 0: no pings")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--client-ping", config.client_ping_s,
+                 "seconds between each node's pings of the server (an agent's default: "
+                 "heartbeat_timeout / 3)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 3600.0));
   app.add_option("--timeout", timeout_s,
                  "seconds each join phase (join, restart round, watches after a server "
                  "restart) may take; bounds the whole run")

@@ -240,7 +240,7 @@ void PrintRun(const RunConfig& config, int repetition, const RunResult& result) 
         "node every %g s and from the server every %g s: server %.1f%% of a core (clients "
         "%.1f%%; the whole machine, kernel and other processes included, %.1f%%); %.2f TCP "
         "segments per connection and second\n",
-        config.heartbeat_interval_s, absl::ToDoubleSeconds(kAgentKeepalive), config.server_ping_s,
+        config.heartbeat_interval_s, config.client_ping_s, config.server_ping_s,
         result.heartbeat_cpu_pct, result.client_heartbeat_cpu_pct, result.machine_heartbeat_cpu_pct,
         result.segments_per_connection_s);
   } else if (result.heartbeat_cpu_pct >= 0) {

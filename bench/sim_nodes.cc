@@ -61,11 +61,12 @@ JoinRequest NodeJoinRequest(const std::string& job_id, int nodes, int index,
 }
 
 absl::StatusOr<Fleet> NewFleet(const std::string& target, int connections,
-                               const std::string& job_id, int nodes, absl::Duration join_timeout) {
+                               const std::string& job_id, int nodes, absl::Duration join_timeout,
+                               absl::Duration keepalive) {
   Fleet fleet;
   for (int i = 0; i < connections; ++i) {
     // As an agent's (launcher/main.cc).
-    grpc::ChannelArguments args = ClientChannelArguments(kAgentKeepalive);
+    grpc::ChannelArguments args = ClientChannelArguments(keepalive);
     // Channels with equal arguments would share one connection through the
     // global subchannel pool: each gets its own.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

@@ -97,8 +97,10 @@ struct Fleet {
 // `nodes` nodes of job `job_id` on `connections` channels to `target`, each
 // channel connected (within 10 s, kUnavailable if not) and each join built, so
 // that neither counts in the join's time.
+// Each channel pings the server every `keepalive` (kAgentKeepalive for an agent's).
 absl::StatusOr<Fleet> NewFleet(const std::string& target, int connections,
-                               const std::string& job_id, int nodes, absl::Duration join_timeout);
+                               const std::string& job_id, int nodes, absl::Duration join_timeout,
+                               absl::Duration keepalive);
 
 // Sends every node's join, due at `deadline`; each answer calls
 // joins->Done() once the node's status and time are in.

@@ -533,7 +533,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   server->ticker_ = CallbackTicker::Acquire();
   HubOptions hub = options.hub;
   if (options.ping_interval > absl::ZeroDuration()) {
-    hub.state.stream_silence = options.ping_timeout;
+    // What the server read last came a ping interval before its unanswered ping.
+    hub.state.stream_silence = options.ping_interval + options.ping_timeout;
   }
   server->hub_ = std::make_shared<RendezvousHub>(hub);
   server->service_ = std::make_unique<RendezvousService>(server->hub_, options.token,

@@ -145,17 +145,21 @@ struct ServerOptions {
   absl::Duration keepalive_interval = absl::Seconds(1);
   int keepalive_probes = 3;
 
-  // The server pings every connection (HTTP/2 PING) this often and closes
-  // one whose ping goes unanswered for `ping_timeout`. The kernel's probes
-  // cannot find an agent that is stopped (SIGSTOP) or hung while its host
-  // answers TCP: a ping is answered by the agent process itself. Closing
-  // the connection ends its watch stream; the node's heartbeat timeout
-  // then counts from the unanswered ping (hub.state.stream_silence, which
-  // Start sets to ping_timeout), so the node is dropped between
-  // heartbeat_timeout and heartbeat_timeout + ping_interval after it stopped
-  // answering. A ping costs the server about 20 us (Debian's gRPC, 10,000
-  // connections; docs/BENCHMARKS.md). Zero: no pings.
-  absl::Duration ping_interval = absl::Seconds(10);
+  // The server pings a connection (HTTP/2 PING) once it has read nothing
+  // from it for this long, and closes it when the ping goes unanswered for
+  // `ping_timeout`. The kernel's probes cannot find an agent that is stopped
+  // (SIGSTOP) or hung while its host answers TCP: a ping is answered by the
+  // agent process itself. gRPC starts this timer again at every read, so
+  // while an agent pings more often than this (every heartbeat_timeout / 3,
+  // 10 s by default; rendezvous/channel.h) the server sends no ping of its
+  // own; answering one costs it less than sending one (docs/BENCHMARKS.md,
+  // "Hangs"), hence musterd's 15 s. Closing the connection ends its watch
+  // stream, and the node's heartbeat timeout counts from the last thing read
+  // from it, ping_interval + ping_timeout earlier (hub.state.stream_silence;
+  // at most half the heartbeat timeout is taken off): a stopped agent is
+  // dropped about heartbeat_timeout after it last answered, never sooner.
+  // Zero: no pings.
+  absl::Duration ping_interval = absl::Seconds(15);
   absl::Duration ping_timeout = absl::Seconds(5);
 
   // The job's shared token (token.h): every call must carry it. Empty: no

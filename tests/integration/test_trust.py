@@ -106,8 +106,9 @@ class TokenAuth(TrustTest):
         log = self.read("musterd.err")
         self.assertIn("refused a Status call from ipv4:127.0.0.1:", log)
         refusals = log.count("refused a ")
+        # (That every refusal is logged when calls come slower than that, under
+        # a sanitizer or a loaded machine, is right: log_limiter_test checks the bound.)
         self.assertLessEqual(refusals, 10 * (int(time.monotonic() - attacked) + 2), log)
-        self.assertLess(refusals, len(attacks) * 4, "every refusal was logged: " + log)
 
         open(os.path.join(outdir, "go"), "w").close()
         for n, agent in enumerate(agents):
@@ -360,6 +361,7 @@ class Tls(TrustTest):
         self.assertIn(f"chmod 600 {self.pki['server.key']}", result.stderr)
 
     def test_musterd_without_tls_says_so(self):
+        # musterd says how it serves before its "serving" line, which start_musterd waits for.
         _, port = self.start_musterd("--token-file", self.token_file())
         self.assertIn("tls: off (the token crosses the network in clear text",
                       self.read("musterd.err"))
