@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,15 +10,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
 #include "agent/elastic_state.h"
 #include "agent/event_loop.h"
+#include "agent/events.h"
 #include "agent/file_timer.h"
+#include "agent/numa.h"
 #include "agent/output.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -29,7 +34,20 @@
 namespace muster {
 namespace {
 
+// Signals the agent always catches and sends on to its workers; those of
+// --signals-to-handle also stop the job (ElasticOptions::stop_signals).
 constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+// What the agent reads from its signalfd: the forwarded signals, the stop
+// signals of `config`, and SIGCHLD.
+std::vector<int> AgentSignals(const LaunchConfig& config) {
+  std::vector<int> signals(std::begin(kForwardedSignals), std::end(kForwardedSignals));
+  for (int sig : config.signals_to_handle) {
+    if (std::find(signals.begin(), signals.end(), sig) == signals.end()) signals.push_back(sig);
+  }
+  signals.push_back(SIGCHLD);
+  return signals;
+}
 // Extra time a join RPC gets beyond join_timeout: the server's own timer should fire first.
 constexpr absl::Duration kJoinSlack = absl::Seconds(5);
 constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
@@ -75,6 +93,7 @@ ElasticOptions ElasticOptionsFor(const AgentOptions& options, const std::string&
   elastic.keep_alive_interval = absl::FromChrono(config.rdzv_conf.keep_alive_interval);
   elastic.keep_alive_max_attempt = config.rdzv_conf.keep_alive_max_attempt;
   elastic.shutdown_grace = absl::FromChrono(config.shutdown_grace);
+  elastic.stop_signals = config.signals_to_handle;
   return elastic;
 }
 
@@ -103,11 +122,10 @@ NodePlacement PlacementFor(const rdzv::Assignment& assignment, const AgentOption
 
 }  // namespace
 
-void BlockAgentSignals() {
+void BlockAgentSignals(const LaunchConfig& config) {
   sigset_t set;
   sigemptyset(&set);
-  sigaddset(&set, SIGCHLD);
-  for (int sig : kForwardedSignals) sigaddset(&set, sig);
+  for (int sig : AgentSignals(config)) sigaddset(&set, sig);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   // Console writes to a closed pipe must fail with EPIPE, not end the agent.
   signal(SIGPIPE, SIG_IGN);
@@ -147,6 +165,12 @@ class Agent::Impl {
 
   void OnSignal(int sig);
   void ReapChildren();
+  // --event-log-handler console: a pushed event, told as an event.
+  void Observe(const rdzv::WatchEvent& event);
+  // Prints one event (events.h) when --event-log-handler console asks for them.
+  void Emit(std::string kind, int64_t round, std::string detail);
+  // --numa-binding: each local rank's binding, or none (said once, why).
+  std::vector<CpuBinding> PlanNuma() const;
   // torch's file timer (file_timer.h), when TORCHELASTIC_ENABLE_FILE_TIMER=1.
   absl::Status StartFileTimer(std::vector<std::string>& worker_env);
   void ReadFileTimer();
@@ -168,6 +192,9 @@ class Agent::Impl {
   // What the rendezvous gave this node on its last join; every call for the
   // node carries it. Loop thread only.
   std::string node_secret_;
+  // What Emit told already.
+  int64_t last_round_told_ = -1;
+  bool closed_told_ = false;
 
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<WorkerGroup> workers_;
@@ -180,9 +207,8 @@ class Agent::Impl {
 };
 
 absl::Status Agent::Impl::SetUp() {
-  std::vector<int> signals(std::begin(kForwardedSignals), std::end(kForwardedSignals));
-  signals.push_back(SIGCHLD);
-  absl::StatusOr<std::unique_ptr<EventLoop>> loop = EventLoop::Create(clock_, signals);
+  absl::StatusOr<std::unique_ptr<EventLoop>> loop =
+      EventLoop::Create(clock_, AgentSignals(config_));
   if (!loop.ok()) return loop.status();
   loop_ = *std::move(loop);
   if (runner_ == nullptr) {
@@ -216,6 +242,7 @@ absl::Status Agent::Impl::SetUp() {
   group.host = options_.host;
   group.run_dir = run_dir_;
   group.base_env = options_.base_env;
+  if (config_.numa_binding != NumaBinding::kNone) group.numa = PlanNuma();
   if (FindEnv(group.base_env, kEnableFileTimerEnv) == "1") {
     MUSTER_RETURN_IF_ERROR(StartFileTimer(group.base_env));
   }
@@ -282,6 +309,35 @@ void Agent::Impl::ReapChildren() {
     Do(state_.OnWorkerExit(exit->status, failure, clock_.Now()));
     if (state_.done()) return;
   }
+}
+
+std::vector<CpuBinding> Agent::Impl::PlanNuma() const {
+  const absl::string_view mode = NumaBindingName(config_.numa_binding);
+  std::set<int> allowed;
+  cpu_set_t own;
+  if (sched_getaffinity(0, sizeof(own), &own) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &own)) allowed.insert(cpu);
+    }
+  }
+  // MUSTER_SYSFS: a fake sysfs tree, for the tests.
+  const std::string sysfs = FindEnv(options_.base_env, "MUSTER_SYSFS").value_or("/sys");
+  absl::StatusOr<NumaPlan> plan =
+      PlanNumaBinding(config_.numa_binding, sysfs, allowed,
+                      FindEnv(options_.base_env, "CUDA_VISIBLE_DEVICES"), options_.nproc);
+  if (!plan.ok() || plan->per_rank.empty()) {
+    logger_->warn("--numa-binding {}: {}; the workers run unbound", mode,
+                  plan.ok() ? plan->unbound_reason : std::string(plan.status().message()));
+    return {};
+  }
+  std::vector<std::string> ranks;
+  for (size_t rank = 0; rank < plan->per_rank.size(); ++rank) {
+    const CpuBinding& bound = plan->per_rank[rank];
+    ranks.push_back(absl::StrCat("local rank ", rank, " CPUs ", FormatCpuList(bound.cpus),
+                                 ", memory of node(s) ", FormatCpuList(bound.memory_nodes)));
+  }
+  logger_->info("--numa-binding {}: {}", mode, absl::StrJoin(ranks, "; "));
+  return plan->per_rank;
 }
 
 absl::Status Agent::Impl::StartFileTimer(std::vector<std::string>& worker_env) {
@@ -377,8 +433,34 @@ std::optional<absl::Time> Agent::Impl::NextDeadline() const {
 
 void Agent::Impl::Post(RdzvEvent event) {
   loop_->Post([this, event = std::move(event)]() mutable {
+    if (const auto* pushed = std::get_if<rdzv_event::Pushed>(&event)) Observe(pushed->event);
     Do(state_.OnRdzv(std::move(event), clock_.Now()));
   });
+}
+
+void Agent::Impl::Observe(const rdzv::WatchEvent& event) {
+  if (event.has_round_changed()) {
+    const rdzv::RoundChanged& changed = event.round_changed();
+    // A new round may be pushed again (a watch reopened): told once.
+    if (changed.new_round() <= last_round_told_) return;
+    last_round_told_ = changed.new_round();
+    Emit(RoundChangedKind(changed), changed.new_round(), changed.detail());
+  } else if (event.has_job_closed() && !closed_told_) {
+    closed_told_ = true;
+    Emit("job_closed", state_.round(), event.job_closed().reason());
+  }
+}
+
+void Agent::Impl::Emit(std::string kind, int64_t round, std::string detail) {
+  if (!config_.console_events) return;
+  const std::string line = EventJsonLine(AgentEvent{.time = clock_.Now(),
+                                                    .job = config_.rdzv_id,
+                                                    .round = round,
+                                                    .node = node_id_,
+                                                    .kind = std::move(kind),
+                                                    .detail = std::move(detail)});
+  ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
 }
 
 void Agent::Impl::Do(Actions actions) {
@@ -428,6 +510,12 @@ void Agent::Impl::Do(const action::StartWorkers& start) {
       start.assignment.round(), started.count, RankRange(placement.rank_base, options_.nproc),
       placement.world_size, placement.group_rank, placement.group_world_size, placement.master_addr,
       placement.master_port, placement.restart_count, placement.max_restarts);
+  last_round_told_ = std::max(last_round_told_, start.assignment.round());
+  Emit("round_started", start.assignment.round(),
+       absl::StrCat("group rank ", placement.group_rank, " of ", placement.group_world_size,
+                    ", ranks ", RankRange(placement.rank_base, started.count), " of ",
+                    placement.world_size, ", restarts ", placement.restart_count, "/",
+                    placement.max_restarts));
   Do(state_.OnWorkersStarted(started.count, std::move(started.failure), clock_.Now()));
 }
 
@@ -449,6 +537,10 @@ void Agent::Impl::Do(const action::AbandonWorkers&) { workers_->AbandonRunning()
 
 void Agent::Impl::Do(const action::ReportFailure& report) {
   const WorkerFailure& failure = report.failure;
+  Emit("worker_failed", report.round,
+       absl::StrCat("rank ", failure.rank, " (local rank ", failure.local_rank, ", pid ",
+                    failure.pid, ") on ", failure.host, ": ", DescribeExit(failure),
+                    failure.killed_for.empty() ? "" : ": ", failure.killed_for));
   rdzv::ReportFailureRequest request;
   request.set_job_id(config_.rdzv_id);
   request.set_node_id(node_id_);
@@ -528,6 +620,8 @@ void Agent::Impl::Do(const action::Log& log) {
 }
 
 void Agent::Impl::Do(const action::Exit& exit) {
+  Emit("agent_exited", state_.round(),
+       absl::StrCat("exit code ", exit.code, exit.why.empty() ? "" : ": ", exit.why));
   if (!exit.report.empty()) {
     ssize_t ignored = write(STDERR_FILENO, exit.report.data(), exit.report.size());
     (void)ignored;

@@ -36,9 +36,10 @@ struct AgentOptions {
   std::vector<std::string> base_env;
 };
 
-// The signals an agent handles. Block them in every thread before any
-// thread starts (gRPC's included): the agent reads them from a signalfd.
-void BlockAgentSignals();
+// The signals an agent with `config` handles. Block them in every thread
+// before any thread starts (gRPC's included): the agent reads them from a
+// signalfd.
+void BlockAgentSignals(const LaunchConfig& config);
 
 class Agent {
  public:

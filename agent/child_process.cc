@@ -1,15 +1,20 @@
 #include "agent/child_process.h"
 
 #include <fcntl.h>
+#include <linux/mempolicy.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -26,6 +31,8 @@ absl::Status MakePipe(UniqueFd* read_end, UniqueFd* write_end) {
   write_end->reset(fds[1]);
   return absl::OkStatus();
 }
+
+void FreeCpuSet(cpu_set_t* set) { CPU_FREE(set); }
 
 // Writes all of `size` bytes; async-signal-safe.
 void WriteAll(int fd, const void* data, size_t size) {
@@ -48,6 +55,12 @@ struct ExecArgs {
   char* const* envp;
   bool restore_nofile;  // the agent raised its open-file limit: give the child `nofile`
   rlimit nofile;
+  // SpawnOptions::cpus and ::memory_nodes as the system calls take them; null: unchanged.
+  const cpu_set_t* cpus;
+  size_t cpus_size;
+  const unsigned long* nodes;  // a bit per node
+  unsigned long max_node;      // bits in `nodes`
+  int first_node;
 };
 
 // Runs in the child between clone and exec, on its own stack but in the
@@ -85,6 +98,17 @@ __attribute__((no_sanitize("address", "thread"))) int ExecChild(void* raw) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   if (args.restore_nofile) setrlimit(RLIMIT_NOFILE, &args.nofile);
+  // Best effort: the agent checked the CPUs and nodes against its own, and
+  // a worker that runs unbound still runs.
+  if (args.cpus != nullptr) sched_setaffinity(0, args.cpus_size, args.cpus);
+  if (args.nodes != nullptr &&
+      syscall(SYS_set_mempolicy, MPOL_PREFERRED_MANY, args.nodes, args.max_node) != 0) {
+    // Kernels before 5.15 prefer one node only.
+    const unsigned long first = 1UL << (args.first_node % (8 * sizeof(unsigned long)));
+    const unsigned long* word =
+        args.first_node < static_cast<int>(8 * sizeof(unsigned long)) ? &first : nullptr;
+    if (word != nullptr) syscall(SYS_set_mempolicy, MPOL_PREFERRED, word, 8 * sizeof(first) + 1);
+  }
   execve(args.path, args.argv, args.envp);
   const int error = errno;
   WriteAll(args.report_fd, &error, sizeof(error));
@@ -161,10 +185,36 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
                 argv.data(),
                 envp.data(),
                 false,
-                {}};
+                {},
+                nullptr,
+                0,
+                nullptr,
+                0,
+                0};
   if (std::optional<rlimit> nofile = OriginalOpenFileLimit()) {
     args.restore_nofile = true;
     args.nofile = *nofile;
+  }
+  std::unique_ptr<cpu_set_t, decltype(&FreeCpuSet)> cpus(nullptr, FreeCpuSet);
+  if (!options.cpus.empty()) {
+    const int count = *std::max_element(options.cpus.begin(), options.cpus.end()) + 1;
+    cpus.reset(CPU_ALLOC(count));
+    if (cpus == nullptr) return absl::ResourceExhaustedError("CPU_ALLOC");
+    args.cpus_size = CPU_ALLOC_SIZE(count);
+    CPU_ZERO_S(args.cpus_size, cpus.get());
+    for (int cpu : options.cpus) CPU_SET_S(cpu, args.cpus_size, cpus.get());
+    args.cpus = cpus.get();
+  }
+  std::vector<unsigned long> nodes;
+  if (!options.memory_nodes.empty()) {
+    constexpr int kBits = 8 * sizeof(unsigned long);
+    const int count = *std::max_element(options.memory_nodes.begin(), options.memory_nodes.end());
+    nodes.assign(count / kBits + 1, 0);
+    for (int node : options.memory_nodes) nodes[node / kBits] |= 1UL << (node % kBits);
+    args.nodes = nodes.data();
+    // The kernel reads max_node - 1 bits.
+    args.max_node = nodes.size() * kBits + 1;
+    args.first_node = options.memory_nodes.front();
   }
   thread_local std::unique_ptr<char[]> stack(new char[kChildStackSize]);
   const pid_t pid =

@@ -3,6 +3,8 @@
 #ifndef MUSTER_AGENT_CONFIG_H_
 #define MUSTER_AGENT_CONFIG_H_
 
+#include <signal.h>
+
 #include <chrono>
 #include <map>
 #include <optional>
@@ -33,6 +35,9 @@ struct RedirectSpec {
     return it == per_rank.end() ? StdRedirect{} : it->second;
   }
 };
+
+// --numa-binding (agent/numa.h).
+enum class NumaBinding { kNone, kNode, kSocket, kExclusive, kCoreComplex };
 
 // c10d is an alias of kMuster; etcd-v2 of kEtcd.
 enum class RdzvBackend { kStatic, kMuster, kEtcd };
@@ -96,6 +101,22 @@ struct LaunchConfig {
   RedirectSpec redirects;
   RedirectSpec tee;
   std::optional<std::set<int>> local_ranks_filter;  // unset = every rank
+  // The console prefix of a worker's lines, a string.Template as torchrun's
+  // (agent/log_prefix.h); empty: "[rank ${rank}]: ".
+  std::string log_line_prefix_template;
+  // Lines holding one of these also go to <attempt dir>/filtered_std{out,err}.log.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  // --event-log-handler console: the agent's events on stderr, one JSON line each.
+  bool console_events = false;
+  // Signals that stop the job (forwarded to the workers first); the others
+  // the agent catches are only forwarded. As given, for the workers'
+  // TORCHELASTIC_SIGNALS_TO_HANDLE.
+  std::vector<int> signals_to_handle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  std::string signals_to_handle_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // Each worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed to its device.
+  bool virtual_local_rank = false;
+  NumaBinding numa_binding = NumaBinding::kNone;
   int node_rank = 0;
   bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";

@@ -25,10 +25,6 @@ constexpr absl::Duration kCallRetry = absl::Seconds(1);
 constexpr absl::Duration kProgressInterval = absl::Seconds(5);
 constexpr absl::Duration kFirstProgress = absl::Seconds(2);
 
-bool IsStopSignal(int sig) {
-  return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
-}
-
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToDoubleSeconds(d)); }
 
 // Whole seconds, rounded up: for "N s left".
@@ -262,7 +258,8 @@ Actions ElasticState::OnSignal(int sig, absl::Time now) {
   Actions out;
   if (phase_ == AgentPhase::kExiting) return out;
   out.push_back(action::SignalWorkers{sig});
-  if (!IsStopSignal(sig)) {
+  if (std::find(options_.stop_signals.begin(), options_.stop_signals.end(), sig) ==
+      options_.stop_signals.end()) {
     Log(&out, Level::kInfo,
         absl::StrCat("forwarded ", SignalName(sig), " to ", live_, " worker(s)"));
     return out;

@@ -8,6 +8,8 @@
 #ifndef MUSTER_AGENT_ELASTIC_STATE_H_
 #define MUSTER_AGENT_ELASTIC_STATE_H_
 
+#include <signal.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,6 +33,9 @@ struct ElasticOptions {
   absl::Duration keep_alive_interval = absl::Seconds(5);
   int keep_alive_max_attempt = 3;
   absl::Duration shutdown_grace = absl::Seconds(30);
+  // Signals that stop the job (--signals-to-handle); any other that reaches
+  // OnSignal is only forwarded to the workers.
+  std::vector<int> stop_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
 };
 
 // The phases of an agent. Workers live only in kRunning and kStopping.

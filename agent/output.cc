@@ -59,15 +59,45 @@ bool WaitWritable(int fd, std::chrono::steady_clock::time_point deadline) {
   }
 }
 
+// Writes all of `data` to the file `fd`; `what` names the write in an error.
+absl::Status WriteWhole(int fd, std::string_view data, const char* what) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 ? ErrnoToStatus(errno, what)
+                 : absl::InternalError(absl::StrCat(what, ": no progress"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-WorkerOutput::WorkerOutput(std::string prefix, int console_fd, UniqueFd file)
+LineDuplicator::LineDuplicator(std::vector<std::string> filters, UniqueFd file)
+    : filters_(std::move(filters)), file_(std::move(file)) {}
+
+void LineDuplicator::Offer(std::string_view line, size_t prefix_size) {
+  if (!file_.valid()) return;
+  const std::string_view body = line.substr(prefix_size);
+  const bool wanted = std::any_of(filters_.begin(), filters_.end(), [&](const std::string& filter) {
+    return body.find(filter) != std::string_view::npos;
+  });
+  if (!wanted) return;
+  status_ = WriteWhole(file_.get(), line, "write the filtered lines' file");
+  if (!status_.ok()) file_.reset();
+}
+
+WorkerOutput::WorkerOutput(std::string prefix, int console_fd, UniqueFd file,
+                           LineDuplicator* duplicate)
     : line_(std::move(prefix)), prefix_size_(line_.size()), console_fd_(console_fd),
-      file_(std::move(file)) {}
+      duplicate_(duplicate), file_(std::move(file)) {}
 
 void WorkerOutput::Append(std::string_view bytes) {
   if (file_.valid()) WriteFile(bytes);
-  while (console_fd_ >= 0 && !bytes.empty()) {
+  while (wants_lines() && !bytes.empty()) {
     const size_t room = kMaxLineBytes - (line_.size() - prefix_size_);
     // A '\n' at index `room` still ends a line of exactly kMaxLineBytes.
     const size_t search = std::min(bytes.size(), room + 1);
@@ -90,15 +120,16 @@ void WorkerOutput::Append(std::string_view bytes) {
 }
 
 void WorkerOutput::Finish() {
-  if (console_fd_ < 0 || !has_pending()) return;
+  if (!wants_lines() || !has_pending()) return;
   line_.push_back('\n');
   EmitLine();
 }
 
 void WorkerOutput::EmitLine() {
-  WriteConsole(line_);
+  if (console_fd_ >= 0) WriteConsole(line_);
+  if (duplicate_ != nullptr) duplicate_->Offer(line_, prefix_size_);
   line_.resize(prefix_size_);
-  if (console_fd_ < 0) line_.shrink_to_fit();  // The console is gone: nothing will be buffered.
+  if (!wants_lines()) line_.shrink_to_fit();  // The console is gone: nothing will be buffered.
 }
 
 void WorkerOutput::WriteConsole(std::string_view data) {
@@ -136,18 +167,8 @@ void WorkerOutput::WriteConsole(std::string_view data) {
 }
 
 void WorkerOutput::WriteFile(std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(file_.get(), data.data(), data.size());
-    if (n > 0) {
-      data.remove_prefix(static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    file_status_ = n < 0 ? ErrnoToStatus(errno, "write log file")
-                         : absl::InternalError("write log file: no progress");
-    file_.reset();
-    return;
-  }
+  file_status_ = WriteWhole(file_.get(), data, "write log file");
+  if (!file_status_.ok()) file_.reset();
 }
 
 absl::Status MakeDirs(const std::string& path) {

@@ -5,12 +5,34 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/unique_handle.h"
 
 namespace muster {
+
+// --duplicate-stdout-filters / --duplicate-stderr-filters: the lines that
+// hold one of the filters (a plain, case-sensitive substring, as torchrun
+// matches them) copied, with their console prefix, to one file that every
+// worker of an attempt shares. A write error drops the file (see status()).
+// Not thread-safe: the agent's event loop drives it.
+class LineDuplicator {
+ public:
+  LineDuplicator(std::vector<std::string> filters, UniqueFd file);
+
+  // `line`: a console line, its prefix included, ending in '\n'; the
+  // filters are looked for after its first `prefix_size` bytes.
+  void Offer(std::string_view line, size_t prefix_size);
+
+  const absl::Status& status() const { return status_; }
+
+ private:
+  std::vector<std::string> filters_;
+  UniqueFd file_;
+  absl::Status status_;
+};
 
 // Splits one worker stream (one worker's stdout, or its stderr) into lines. Each complete line
 // goes, prefixed, to the console fd in one write(), so the agent never interleaves the lines of two
@@ -39,7 +61,10 @@ class WorkerOutput {
 
   // prefix: put before every console line, e.g. "[rank 3]: ". console_fd: not owned, -1 for no
   // console (filtered out, or redirected to the file only). file: owned; invalid for no log file.
-  WorkerOutput(std::string prefix, int console_fd, UniqueFd file);
+  // duplicate: not owned, outlives this; null for none. It is offered every line, shown on the
+  // console or not.
+  WorkerOutput(std::string prefix, int console_fd, UniqueFd file,
+               LineDuplicator* duplicate = nullptr);
 
   WorkerOutput(WorkerOutput&&) = default;
   WorkerOutput& operator=(WorkerOutput&&) = default;
@@ -57,6 +82,8 @@ class WorkerOutput {
 
  private:
   bool has_pending() const { return line_.size() > prefix_size_; }
+  // Whether lines are cut at all: someone reads them.
+  bool wants_lines() const { return console_fd_ >= 0 || duplicate_ != nullptr; }
   void EmitLine();
   void WriteConsole(std::string_view data);
   void WriteFile(std::string_view data);
@@ -66,6 +93,7 @@ class WorkerOutput {
   size_t prefix_size_;
   int console_fd_;
   bool console_stalled_ = false;
+  LineDuplicator* duplicate_;
   UniqueFd file_;
   absl::Status file_status_;
 };

@@ -29,6 +29,11 @@ struct SpawnOptions {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // KEY=VALUE
   bool capture_output = true;    // stdout and stderr to pipes, else inherited
+  // Bound before exec, best effort (--numa-binding): the CPUs the child may
+  // run on, and the NUMA nodes its memory is preferred from. Empty: as the
+  // agent's.
+  std::vector<int> cpus;
+  std::vector<int> memory_nodes;
 };
 
 // A started worker: the leader of its own process group.

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "agent/template.h"
 
 namespace muster {
 
@@ -17,9 +19,10 @@ std::vector<std::string> WorkerCommand(const LaunchConfig& config, const std::st
     if (config.module) argv.push_back("-m");
   }
   argv.push_back(config.script);
-  const std::string rank = absl::StrCat(local_rank);
+  const std::map<std::string, std::string, std::less<>> vars = {
+      {"local_rank", absl::StrCat(local_rank)}};
   for (const std::string& arg : config.script_args) {
-    argv.push_back(absl::StrReplaceAll(arg, {{"${local_rank}", rank}}));
+    argv.push_back(SubstituteTemplate(arg, vars));
   }
   return argv;
 }
@@ -45,7 +48,21 @@ std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
     set(entry.substr(0, eq), entry.substr(eq + 1));
   }
   const int rank = placement.rank_base + worker.local_rank;
-  set("LOCAL_RANK", absl::StrCat(worker.local_rank));
+  if (worker.virtual_local_rank) {
+    // As torchrun: the worker's own entry of the agent's list, else its index.
+    set("LOCAL_RANK", "0");
+    auto visible = index.find("CUDA_VISIBLE_DEVICES");
+    std::string device = absl::StrCat(worker.local_rank);
+    if (visible != index.end()) {
+      const std::string list = env[visible->second].substr(sizeof("CUDA_VISIBLE_DEVICES"));
+      std::vector<absl::string_view> devices = absl::StrSplit(list, ',');
+      const size_t at = static_cast<size_t>(worker.local_rank);
+      device = at < devices.size() ? std::string(absl::StripAsciiWhitespace(devices[at])) : "";
+    }
+    set("CUDA_VISIBLE_DEVICES", device);
+  } else {
+    set("LOCAL_RANK", absl::StrCat(worker.local_rank));
+  }
   set("RANK", absl::StrCat(rank));
   set("GROUP_RANK", absl::StrCat(placement.group_rank));
   set("GROUP_WORLD_SIZE", absl::StrCat(placement.group_world_size));
@@ -61,6 +78,9 @@ std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
   set("TORCHELASTIC_RUN_ID", worker.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   set("TORCHELASTIC_ERROR_FILE", worker.error_file);
+  if (!worker.signals_to_handle.empty()) {
+    set("TORCHELASTIC_SIGNALS_TO_HANDLE", worker.signals_to_handle);
+  }
   if (!index.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"))
     set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (!index.contains("NCCL_ASYNC_ERROR_HANDLING")) set("NCCL_ASYNC_ERROR_HANDLING", "1");
@@ -68,6 +88,16 @@ std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
     set("OMP_NUM_THREADS", "1");
   }
   return env;
+}
+
+std::string VirtualLocalRankProblem(const std::optional<std::string>& visible, int nproc) {
+  if (!visible) return "";
+  const size_t devices = std::count(visible->begin(), visible->end(), ',') + 1;
+  if (devices >= static_cast<size_t>(nproc)) return "";
+  return absl::StrCat(
+      "--virtual-local-rank gives each worker one device of CUDA_VISIBLE_DEVICES=", *visible,
+      ", which names ", devices, " for ", nproc, " workers; give --nproc-per-node ", devices,
+      " or name a device for each worker");
 }
 
 namespace {

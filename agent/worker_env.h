@@ -29,10 +29,18 @@ struct WorkerIdentity {
   std::string run_id;
   std::string role;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
+  // --signals-to-handle as given, for TORCHELASTIC_SIGNALS_TO_HANDLE (as
+  // torchrun 2.9 and later set it); empty: not set.
+  std::string signals_to_handle;
+  // --virtual-local-rank: LOCAL_RANK=0, and CUDA_VISIBLE_DEVICES this
+  // worker's entry of the agent's list (REQUIRES: it has one; see
+  // VirtualLocalRankProblem), else its local rank.
+  bool virtual_local_rank = false;
 };
 
 // `python -u SCRIPT args`, `python -u -m MODULE args`, or `SCRIPT args` with
-// --no-python; "${local_rank}" in args becomes the worker's local rank.
+// --no-python; each arg goes through torchrun's template (agent/template.h):
+// ${local_rank} and $local_rank become the worker's local rank, $$ a $.
 std::vector<std::string> WorkerCommand(const LaunchConfig& config, const std::string& python,
                                        int local_rank);
 
@@ -42,6 +50,11 @@ std::vector<std::string> WorkerCommand(const LaunchConfig& config, const std::st
 std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
                                            const NodePlacement& placement,
                                            const WorkerIdentity& worker);
+
+// Why --virtual-local-rank cannot give each of `nproc` workers a device of
+// the agent's CUDA_VISIBLE_DEVICES (`visible`; nullopt: unset, any count
+// works), or "" when it can.
+std::string VirtualLocalRankProblem(const std::optional<std::string>& visible, int nproc);
 
 // The value of `name` in KEY=VALUE entries; nullopt when unset.
 std::optional<std::string> FindEnv(const std::vector<std::string>& env, const std::string& name);

@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "agent/error_file.h"
 #include "agent/stack_capture.h"
+#include "agent/template.h"
 #include "agent/worker_env.h"
 
 namespace muster {
@@ -80,6 +81,20 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
   // Reserved: the output readers hold pointers to the workers.
   workers_.reserve(options_.nproc);
   Started started;
+  // torchrun's attempt_<n>/filtered_std{out,err}.log, shared by the attempt's workers.
+  auto duplicator = [&](const std::vector<std::string>& filters, const char* file,
+                        std::optional<LineDuplicator>& slot) {
+    slot.reset();
+    if (filters.empty()) return;
+    absl::StatusOr<UniqueFd> opened = OpenLogFile(absl::StrCat(attempt_dir, "/", file));
+    if (!opened.ok()) {
+      logger_->warn("{}; lines that match the filters are not copied", opened.status().message());
+      return;
+    }
+    slot.emplace(filters, *std::move(opened));
+  };
+  duplicator(config.duplicate_stdout_filters, "filtered_stdout.log", duplicate_out_);
+  duplicator(config.duplicate_stderr_filters, "filtered_stderr.log", duplicate_err_);
   for (int local_rank = 0; local_rank < options_.nproc; ++local_rank) {
     Worker& worker = workers_.emplace_back();
     worker.local_rank = local_rank;
@@ -93,22 +108,15 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
     const StdRedirect tee = config.tee.For(local_rank);
     const bool shown =
         !config.local_ranks_filter || config.local_ranks_filter->contains(local_rank);
-    auto make_output = [&](bool redirected, bool teed, int console, const char* file) {
-      UniqueFd log;
-      if (redirected || teed) {
-        absl::StatusOr<UniqueFd> opened = OpenLogFile(absl::StrCat(rank_dir, "/", file));
-        if (opened.ok()) {
-          log = *std::move(opened);
-        } else {
-          logger_->warn("{}", opened.status().message());
-        }
-      }
-      const bool to_console = shown && (teed || !redirected);
-      return WorkerOutput(absl::StrCat("[rank ", worker.rank, "]: "), to_console ? console : -1,
-                          std::move(log));
+    auto open_log = [&](bool wanted, const char* file) {
+      if (!wanted) return UniqueFd();
+      absl::StatusOr<UniqueFd> opened = OpenLogFile(absl::StrCat(rank_dir, "/", file));
+      if (opened.ok()) return *std::move(opened);
+      logger_->warn("{}", opened.status().message());
+      return UniqueFd();
     };
-    worker.out.emplace(make_output(redirect.out, tee.out, options_.console_out, "stdout.log"));
-    worker.err.emplace(make_output(redirect.err, tee.err, options_.console_err, "stderr.log"));
+    UniqueFd out_log = open_log(redirect.out || tee.out, "stdout.log");
+    UniqueFd err_log = open_log(redirect.err || tee.err, "stderr.log");
 
     WorkerIdentity identity;
     identity.local_rank = local_rank;
@@ -116,10 +124,16 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
     identity.run_id = config.rdzv_id;
     identity.role = config.role;
     identity.error_file = worker.error_file;
+    identity.signals_to_handle = config.signals_to_handle_text;
+    identity.virtual_local_rank = config.virtual_local_rank;
     SpawnOptions spawn;
     spawn.path = options_.program;
     spawn.argv = WorkerCommand(config, options_.program, local_rank);
     spawn.env = WorkerEnvironment(options_.base_env, placement, identity);
+    if (static_cast<size_t>(local_rank) < options_.numa.size()) {
+      spawn.cpus = options_.numa[local_rank].cpus;
+      spawn.memory_nodes = options_.numa[local_rank].memory_nodes;
+    }
     absl::StatusOr<std::unique_ptr<Process>> child = runner_.Spawn(spawn);
     if (!child.ok()) {
       // Nothing to supervise for this rank: it counts as a failed worker.
@@ -133,6 +147,18 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
     }
     worker.process = *std::move(child);
     worker.started = clock_.Now();
+    // Made once the pid is known: the prefix may name it.
+    const std::string prefix = LinePrefix(worker);
+    auto make_output = [&](bool redirected, bool teed, int console, UniqueFd log,
+                           std::optional<LineDuplicator>& duplicate) {
+      const bool to_console = shown && (teed || !redirected);
+      return WorkerOutput(prefix, to_console ? console : -1, std::move(log),
+                          duplicate ? &*duplicate : nullptr);
+    };
+    worker.out.emplace(make_output(redirect.out, tee.out, options_.console_out, std::move(out_log),
+                                   duplicate_out_));
+    worker.err.emplace(make_output(redirect.err, tee.err, options_.console_err, std::move(err_log),
+                                   duplicate_err_));
     worker.out_fd = worker.process->TakeStdout();
     worker.err_fd = worker.process->TakeStderr();
     Worker* self = &worker;
@@ -146,6 +172,16 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
     ++started.count;
   }
   return started;
+}
+
+std::string WorkerGroup::LinePrefix(const Worker& worker) const {
+  const std::string& tmpl = options_.config->log_line_prefix_template;
+  if (tmpl.empty()) return absl::StrCat("[rank ", worker.rank, "]: ");
+  return SubstituteTemplate(tmpl, {{"role_name", options_.config->role},
+                                   {"rank", absl::StrCat(worker.rank)},
+                                   {"local_rank", absl::StrCat(worker.local_rank)},
+                                   {"pid", absl::StrCat(worker.process->pid())},
+                                   {"hostname", options_.host}});
 }
 
 WorkerGroup::Worker* WorkerGroup::Find(pid_t pid) {

@@ -16,6 +16,7 @@
 #include "agent/config.h"
 #include "agent/event_loop.h"
 #include "agent/failure_report.h"
+#include "agent/numa.h"
 #include "agent/output.h"
 #include "agent/process_runner.h"
 #include "agent/worker_env.h"
@@ -32,6 +33,8 @@ struct WorkerGroupOptions {
   std::vector<std::string> base_env;  // KEY=VALUE: what every worker's environment starts from
   int console_out = 1;                // where shown output goes; not owned
   int console_err = 2;
+  // --numa-binding: each local rank's CPUs and memory nodes; empty: unbound.
+  std::vector<CpuBinding> numa;
 };
 
 class WorkerGroup {
@@ -94,6 +97,8 @@ class WorkerGroup {
   const std::vector<Worker>& workers() const { return workers_; }
 
  private:
+  // The console prefix of `worker`'s lines (--log-line-prefix-template). REQUIRES: it was started.
+  std::string LinePrefix(const Worker& worker) const;
   void OnReadable(Worker& worker, bool is_stderr);
   void DrainAndClose(Worker& worker);
   WorkerFailure Describe(const Worker& worker, ExitStatus status, const std::string& message);
@@ -103,6 +108,9 @@ class WorkerGroup {
   EventLoop& loop_;
   Clock& clock_;
   std::shared_ptr<spdlog::logger> logger_;
+  // The attempt's filtered_std{out,err}.log, when filters are given; before
+  // workers_, whose outputs point to them, so destroyed after them.
+  std::optional<LineDuplicator> duplicate_out_, duplicate_err_;
   std::vector<Worker> workers_;
   std::vector<std::unique_ptr<Process>> abandoned_;
   bool wrote_script_ = false;  // <run_dir>/pystacks.py, for CaptureStacks

@@ -24,9 +24,11 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/endpoint.h"
+#include "common/status.h"
 
 namespace muster {
 namespace {
@@ -56,6 +58,14 @@ enum class Key {
   kRedirects,
   kTee,
   kLocalRanksFilter,
+  kLogLinePrefixTemplate,
+  kDuplicateStdoutFilters,
+  kDuplicateStderrFilters,
+  kLogsSpecs,
+  kEventLogHandler,
+  kSignalsToHandle,
+  kVirtualLocalRank,
+  kNumaBinding,
   kHelp,
   kVersion,
 };
@@ -70,6 +80,8 @@ struct OptionSpec {
   absl::string_view default_text;
   absl::string_view group;
   absl::string_view description;
+  // The torchrun release that brought the option ("" for muster's own), for the help.
+  absl::string_view since;
 };
 
 constexpr absl::string_view kNodesGroup = "Nodes and workers";
@@ -85,34 +97,39 @@ constexpr absl::string_view kTokenFileEnv = "MUSTER_TOKEN_FILE";
 constexpr absl::string_view kRdzvConfKeys =
     "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
     "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
+    "timeout (static backend: its join timeout), store_type (tcp), "
     "token_file, cacert, cert, key, munge_socket (paths), auth (none/token/munge); etcd: user, "
     "password, protocol (http/https), ca_cert, ssl_cert, ssl_cert_key";
 
 constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
     {Key::kNnodes, "--nnodes", "--nnodes", "PET_NNODES", "N|MIN:MAX", "1:1", kNodesGroup,
-     "N nodes, or elastic from MIN to MAX nodes"},
+     "N nodes, or elastic from MIN to MAX nodes", "1.10"},
     {Key::kNprocPerNode, "--nproc-per-node", "--nproc-per-node,--nproc_per_node",
      "PET_NPROC_PER_NODE", "N|gpu|cpu|auto", "1", kNodesGroup,
-     "workers on this node; auto: one per GPU if any, else per CPU"},
+     "workers on this node; auto: one per GPU if any, else per CPU", "1.10"},
     {Key::kNodeRank, "--node-rank", "--node-rank,--node_rank", "PET_NODE_RANK", "RANK", "0",
-     kNodesGroup, "this node's rank (static backend; else a hint)"},
+     kNodesGroup, "this node's rank (static backend; else a hint)", "1.10"},
     {Key::kLocalAddr, "--local-addr", "--local-addr,--local_addr", "PET_LOCAL_ADDR", "ADDR",
-     "host name", kNodesGroup, "address advertised for this node"},
+     "host name", kNodesGroup, "address advertised for this node", "2.0"},
     {Key::kRdzvBackend, "--rdzv-backend", "--rdzv-backend,--rdzv_backend", "PET_RDZV_BACKEND",
      "static|c10d|muster|etcd", "static", kRdzvGroup,
      "c10d and muster: muster's rendezvous (an agent or musterd);\n"
-     "etcd (or etcd-v2): an etcd v3 cluster, no server of muster's"},
+     "etcd (or etcd-v2): an etcd v3 cluster, no server of muster's",
+     "1.10"},
     {Key::kRdzvEndpoint, "--rdzv-endpoint", "--rdzv-endpoint,--rdzv_endpoint", "PET_RDZV_ENDPOINT",
      "HOST[:PORT]", "none", kRdzvGroup,
      "rendezvous server, IPv6 in [ ], port 29400 if omitted;\n"
-     "etcd: its members, HOST[:PORT],... (port 2379)"},
+     "etcd: its members, HOST[:PORT],... (port 2379)",
+     "1.10"},
     {Key::kRdzvId, "--rdzv-id", "--rdzv-id,--rdzv_id", "PET_RDZV_ID", "ID", "none", kRdzvGroup,
-     "the job's id, the same on every node"},
+     "the job's id, the same on every node", "1.10"},
     {Key::kRdzvConf, "--rdzv-conf", "--rdzv-conf,--rdzv_conf", "PET_RDZV_CONF", "KEY=VALUE,...",
      "none", kRdzvGroup,
      "seconds: join_timeout (600), last_call_timeout (30),\n"
      "close_timeout (30), heartbeat_timeout (30), read_timeout (60),\n"
      "keep_alive_interval (5); keep_alive_max_attempt (3); is_host (1/0);\n"
+     "timeout: the static backend's join timeout; store_type=tcp;\n"
+     "torchrun's other keys are accepted, unknown ones ignored with a warning;\n"
      "token_file=PATH: the job's shared token (else MUSTER_TOKEN_FILE);\n"
      "cacert=PATH: TLS, the server checked against this CA;\n"
      "cert=PATH,key=PATH: with cacert, this node's client certificate;\n"
@@ -120,46 +137,86 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "else munge inside Slurm where munged runs, else none);\n"
      "munge_socket=PATH (default /run/munge/munge.socket.2);\n"
      "etcd: user=NAME,password=TEXT (etcd's own auth), protocol=http|https,\n"
-     "and torchrun's etcd-v2 names ca_cert, ssl_cert, ssl_cert_key"},
+     "and torchrun's etcd-v2 names ca_cert, ssl_cert, ssl_cert_key",
+     "1.10"},
     {Key::kStandalone, "--standalone", "--standalone", "PET_STANDALONE", "", "off", kRdzvGroup,
-     "one node; rendezvous on a free local port, random id"},
+     "one node; rendezvous on a free local port, random id", "1.10"},
     {Key::kMasterAddr, "--master-addr", "--master-addr,--master_addr", "PET_MASTER_ADDR", "ADDR",
-     "127.0.0.1", kRdzvGroup, "static backend: address of node rank 0"},
+     "127.0.0.1", kRdzvGroup, "static backend: address of node rank 0", "1.10"},
     {Key::kMasterPort, "--master-port", "--master-port,--master_port", "PET_MASTER_PORT", "PORT",
-     "29500", kRdzvGroup, "static backend: port on node rank 0"},
+     "29500", kRdzvGroup, "static backend: port on node rank 0", "1.10"},
     {Key::kModule, "--module", "-m,--module", "PET_MODULE", "", "off", kRunGroup,
-     "run SCRIPT as a module: python -u -m SCRIPT"},
+     "run SCRIPT as a module: python -u -m SCRIPT", "1.10"},
     {Key::kNoPython, "--no-python", "--no-python,--no_python", "PET_NO_PYTHON", "", "off",
-     kRunGroup, "exec SCRIPT directly, without python"},
+     kRunGroup, "exec SCRIPT directly, without python", "1.10"},
     {Key::kRunPath, "--run-path", "--run-path,--run_path", "PET_RUN_PATH", "", "off", kRunGroup,
-     "accepted for compatibility (what the default does)"},
+     "accepted for compatibility (what the default does)", "1.10"},
     {Key::kRole, "--role", "--role", "PET_ROLE", "NAME", "default", kRunGroup,
-     "the workers' role name (ROLE_NAME)"},
+     "the workers' role name (ROLE_NAME)", "1.10"},
     {Key::kStartMethod, "--start-method", "--start-method,--start_method", "PET_START_METHOD",
-     "spawn|fork|forkserver", "spawn", kRunGroup, "accepted for compatibility"},
+     "spawn|fork|forkserver", "spawn", kRunGroup, "accepted for compatibility", "1.10"},
     {Key::kMaxRestarts, "--max-restarts", "--max-restarts,--max_restarts", "PET_MAX_RESTARTS", "N",
-     "0", kRestartGroup, "worker group restarts allowed after failures"},
+     "0", kRestartGroup, "worker group restarts allowed after failures", "1.10"},
     {Key::kMonitorInterval, "--monitor-interval", "--monitor-interval,--monitor_interval",
      "PET_MONITOR_INTERVAL", "SECONDS", "0.1", kRestartGroup,
-     "accepted; muster reacts to exits at once"},
+     "accepted; muster reacts to exits at once", "1.10"},
     {Key::kShutdownTimeout, "--shutdown-timeout", "--shutdown-timeout,--shutdown_timeout",
      "PET_SHUTDOWN_TIMEOUT", "SECONDS", "30", kRestartGroup,
      "grace from SIGTERM to SIGKILL when stopping workers;\n"
-     "else TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+     "else TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+     "main (2026)"},
     {Key::kLogDir, "--log-dir", "--log-dir,--log_dir", "PET_LOG_DIR", "DIR", "a new temp dir",
-     kLogGroup, "per-worker stdout.log, stderr.log, error.json"},
+     kLogGroup, "per-worker stdout.log, stderr.log, error.json", "1.10"},
     {Key::kRedirects, "--redirects", "-r,--redirects", "PET_REDIRECTS", "0-3|RANK:V,...", "0",
      kLogGroup,
      "worker output to log files: 0 none, 1 stdout, 2 stderr,\n"
-     "3 both; or per local rank, e.g. 0:1,1:2"},
+     "3 both; or per local rank, e.g. 0:1,1:2",
+     "1.10"},
     {Key::kTee, "--tee", "-t,--tee", "PET_TEE", "0-3|RANK:V,...", "0", kLogGroup,
-     "as --redirects, and to the console too"},
+     "as --redirects, and to the console too", "1.10"},
     {Key::kLocalRanksFilter, "--local-ranks-filter", "--local-ranks-filter,--local_ranks_filter",
      "PET_LOCAL_RANKS_FILTER", "RANKS", "all", kLogGroup,
-     "local ranks shown on the console, e.g. 0 or 0,3"},
-    {Key::kHelp, "--help", "-h,--help", "", "", "", kOtherGroup, "print this help and exit"},
+     "local ranks shown on the console, e.g. 0 or 0,3", "2.3"},
+    {Key::kLogLinePrefixTemplate, "--log-line-prefix-template",
+     "--log-line-prefix-template,--log_line_prefix_template", "PET_LOG_LINE_PREFIX_TEMPLATE",
+     "TEMPLATE", "[rank ${rank}]: ", kLogGroup,
+     "console prefix of each worker line: ${role_name}, ${rank},\n"
+     "${local_rank}, ${pid}, ${hostname}; else\n"
+     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+     "main (2026)"},
+    {Key::kDuplicateStdoutFilters, "--duplicate-stdout-filters",
+     "--duplicate-stdout-filters,--duplicate_stdout_filters", "PET_DUPLICATE_STDOUT_FILTERS",
+     "TEXT,...", "none", kLogGroup,
+     "stdout lines holding one of these (,, is a comma) also go\n"
+     "to attempt_<n>/filtered_stdout.log",
+     "2.10"},
+    {Key::kDuplicateStderrFilters, "--duplicate-stderr-filters",
+     "--duplicate-stderr-filters,--duplicate_stderr_filters", "PET_DUPLICATE_STDERR_FILTERS",
+     "TEXT,...", "none", kLogGroup, "the same for stderr, to filtered_stderr.log", "2.10"},
+    {Key::kLogsSpecs, "--logs-specs", "--logs-specs,--logs_specs", "", "NAME", "default", kLogGroup,
+     "the log layout: muster has torchrun's default only", "2.3"},
+    {Key::kEventLogHandler, "--event-log-handler", "--event-log-handler,--event_log_handler",
+     "PET_EVENT_LOG_HANDLER", "null|console", "null", kLogGroup,
+     "console: the agent's events on stderr, one JSON object a line", "2.8"},
+    {Key::kSignalsToHandle, "--signals-to-handle", "--signals-to-handle,--signals_to_handle",
+     "PET_SIGNALS_TO_HANDLE", "SIG,...", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", kRestartGroup,
+     "signals that stop the job (sent on to the workers first);\n"
+     "others muster catches (SIGUSR1, SIGUSR2) only reach them",
+     "2.9"},
+    {Key::kVirtualLocalRank, "--virtual-local-rank", "--virtual-local-rank,--virtual_local_rank",
+     "PET_VIRTUAL_LOCAL_RANK", "", "off", kNodesGroup,
+     "each worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES\n"
+     "narrowed to its own device",
+     "2.10"},
+    {Key::kNumaBinding, "--numa-binding", "--numa-binding,--numa_binding", "",
+     "node|socket|exclusive|core-complex", "off", kNodesGroup,
+     "bind each worker to the CPUs (and memory) near its GPU:\n"
+     "its NUMA node, its socket, a share of the node's cores\n"
+     "no other worker gets, or the cores of one L3 cache",
+     "2.9"},
+    {Key::kHelp, "--help", "-h,--help", "", "", "", kOtherGroup, "print this help and exit", ""},
     {Key::kVersion, "--version", "--version", "", "", "", kOtherGroup,
-     "print muster's version and exit"},
+     "print muster's version and exit", ""},
 }};
 
 constexpr bool SpecsInKeyOrder() {
@@ -176,8 +233,14 @@ constexpr absl::string_view kUsage = "usage: muster [options] SCRIPT [args...]";
 // consume the next argument as the value.
 constexpr absl::string_view kEmptyValue = "\x1f";
 
-// Where the fallback for --shutdown-timeout comes from, after PET_SHUTDOWN_TIMEOUT.
-constexpr absl::string_view kTorchShutdownEnv = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+// Variables of torch's own that an option falls back to after its PET_ one, as torchrun reads them.
+constexpr absl::string_view FallbackEnv(Key key) {
+  switch (key) {
+    case Key::kShutdownTimeout: return "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+    case Key::kLogLinePrefixTemplate: return "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
+    default: return "";
+  }
+}
 
 // An option's value and where it came from.
 struct Given {
@@ -353,7 +416,48 @@ absl::Status ApplyNodes(const GivenOptions& given, LaunchConfig& config) {
   return absl::OkStatus();
 }
 
-absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
+// Keys torchrun's rendezvous backends read (torch/distributed/elastic/rendezvous/
+// and launcher/api.py, PyTorch 1.13 to main) that mean nothing to muster's:
+// accepted as torchrun accepts them. The note is printed as a warning; none
+// for a key that torchrun's own c10d backend ignores too.
+struct TorchrunOnlyKey {
+  absl::string_view key;
+  absl::string_view note;
+};
+constexpr TorchrunOnlyKey kTorchrunOnlyRdzvKeys[] = {
+    {"rank", ""},       // static: torchrun sets it from --node-rank, whatever was given
+    {"use_libuv", ""},  // PyTorch 2.3-2.4; workers' TCPStore follows USE_LIBUV, muster's too
+    {"etcd_prefix",
+     "is torchrun's etcd (v1) key prefix; muster's etcd backend keeps its keys under "
+     "/muster/v1/jobs/, so it is ignored"},
+};
+
+// Keys torchrun passes on as arguments of its own (a crash there), each with
+// the option that says it.
+constexpr std::pair<absl::string_view, absl::string_view> kOptionNotRdzvKey[] = {
+    {"local_addr", "--local-addr"},    {"backend", "--rdzv-backend"},
+    {"endpoint", "--rdzv-endpoint"},   {"run_id", "--rdzv-id"},
+    {"min_nodes", "--nnodes MIN:MAX"}, {"max_nodes", "--nnodes MIN:MAX"},
+};
+
+// is_host's values as torchrun's RendezvousParameters.get_as_bool reads them, any case.
+std::optional<bool> ToTorchBool(absl::string_view text) {
+  std::string lower = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  for (absl::string_view yes : {"1", "true", "t", "yes", "y"}) {
+    if (lower == yes) return true;
+  }
+  for (absl::string_view no : {"0", "false", "f", "no", "n"}) {
+    if (lower == no) return false;
+  }
+  return std::nullopt;
+}
+
+// `static_backend`: the launch uses the static backend, whose join timeout
+// torchrun's `timeout` key sets.
+absl::Status ApplyRdzvConf(const Given& given, bool static_backend, RdzvConf& conf,
+                           std::vector<std::string>& warnings) {
+  std::optional<std::chrono::milliseconds> timeout;
+  bool join_timeout_given = false;
   static constexpr std::pair<absl::string_view, std::chrono::milliseconds RdzvConf::*>
       kDurations[] = {
           {"join_timeout", &RdzvConf::join_timeout},
@@ -392,6 +496,7 @@ absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
             "give heartbeat_timeout=1 or more (the default is 30)");
       }
       conf.*(duration->second) = SecondsToMillis(*seconds);
+      join_timeout_given |= key == "join_timeout";
     } else if (key == "keep_alive_max_attempt") {
       std::optional<int64_t> attempts = ToInt(value);
       if (!attempts || *attempts < 1 || *attempts > std::numeric_limits<int>::max()) {
@@ -399,9 +504,10 @@ absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
       }
       conf.keep_alive_max_attempt = static_cast<int>(*attempts);
     } else if (key == "is_host") {
-      std::optional<bool> is_host = ToBool(value);
+      std::optional<bool> is_host = ToTorchBool(value);
       if (!is_host) {
-        return Invalid(given, absl::StrCat(key, " needs 1, 0, true or false, not ", Shown(value)),
+        return Invalid(given,
+                       absl::StrCat(key, " needs 1, 0, true, false, yes or no, not ", Shown(value)),
                        fix);
       }
       conf.is_host = *is_host;
@@ -439,10 +545,48 @@ absl::Status ApplyRdzvConf(const Given& given, RdzvConf& conf) {
       }
     } else if (key == "munge_socket") {
       conf.munge_socket = std::string(value);
+    } else if (key == "timeout") {
+      // torchrun: the static backend's store timeout, which muster's join
+      // timeout is; c10d reads it not at all, nor does muster's.
+      if (!static_backend) continue;
+      std::optional<double> seconds = ToDouble(value);
+      if (!seconds || *seconds <= 0 || *seconds > kMaxSeconds) {
+        return Invalid(given, absl::StrCat(key, " needs seconds > 0, not ", Shown(value)), fix);
+      }
+      timeout = SecondsToMillis(*seconds);
+    } else if (key == "store_type") {
+      const std::string type = absl::AsciiStrToLower(value);
+      if (type != "tcp" && type != "file") {
+        return Invalid(given, absl::StrCat("store_type needs tcp or file, not ", Shown(value)),
+                       fix);
+      }
+      if (type == "file") {
+        warnings.push_back(absl::StrCat(
+            given.spec->name,
+            ": store_type=file is ignored: muster's rendezvous is a server of its own (an agent "
+            "or musterd), never a file"));
+      }
+    } else if (auto option =
+                   std::find_if(std::begin(kOptionNotRdzvKey), std::end(kOptionNotRdzvKey),
+                                [&](const auto& entry) { return entry.first == key; });
+               option != std::end(kOptionNotRdzvKey)) {
+      return Invalid(given, absl::StrCat(key, " is not a rendezvous setting but an option"),
+                     absl::StrCat("give ", option->second, " instead"));
+    } else if (auto torchrun =
+                   std::find_if(std::begin(kTorchrunOnlyRdzvKeys), std::end(kTorchrunOnlyRdzvKeys),
+                                [&](const TorchrunOnlyKey& entry) { return entry.key == key; });
+               torchrun != std::end(kTorchrunOnlyRdzvKeys)) {
+      if (!torchrun->note.empty()) {
+        warnings.push_back(absl::StrCat(given.spec->name, ": ", key, " ", torchrun->note));
+      }
     } else {
-      return Invalid(given, absl::StrCat("unknown key ", Shown(key)), fix);
+      // torchrun ignores a key no backend reads; so does muster, but says so.
+      warnings.push_back(absl::StrCat(
+          given.spec->name, ": ignoring the unknown key ", Shown(key),
+          " (neither muster nor torchrun reads it; muster's keys: ", kRdzvConfKeys, ")"));
     }
   }
+  if (timeout && static_backend && !join_timeout_given) conf.join_timeout = *timeout;
   return absl::OkStatus();
 }
 
@@ -517,7 +661,9 @@ absl::Status ApplyRendezvous(const GivenOptions& given, LaunchConfig& config,
     if (id != nullptr) config.rdzv_id = id->value;
   }
   if (const Given* conf = given.Get(Key::kRdzvConf)) {
-    absl::Status status = ApplyRdzvConf(*conf, config.rdzv_conf);
+    absl::Status status =
+        ApplyRdzvConf(*conf, config.rdzv_backend == RdzvBackend::kStatic && !config.standalone,
+                      config.rdzv_conf, warnings);
     if (!status.ok()) return status;
   }
   if (const Given* addr = given.Get(Key::kMasterAddr)) {
@@ -560,6 +706,60 @@ absl::Status ApplyRun(const GivenOptions& given, LaunchConfig& config) {
     }
     config.start_method = method->value;
   }
+  if (const Given* numa = given.Get(Key::kNumaBinding)) {
+    static constexpr std::pair<absl::string_view, NumaBinding> kBindings[] = {
+        {"node", NumaBinding::kNode},
+        {"socket", NumaBinding::kSocket},
+        {"exclusive", NumaBinding::kExclusive},
+        {"core-complex", NumaBinding::kCoreComplex}};
+    auto binding = std::find_if(std::begin(kBindings), std::end(kBindings),
+                                [&](const auto& entry) { return entry.first == numa->value; });
+    if (binding == std::end(kBindings)) {
+      return Invalid(*numa, "unknown binding",
+                     "give --numa-binding node, socket, exclusive or core-complex");
+    }
+    config.numa_binding = binding->second;
+  }
+  absl::StatusOr<bool> virtual_local_rank = FlagIsOn(given, Key::kVirtualLocalRank);
+  if (!virtual_local_rank.ok()) return virtual_local_rank.status();
+  config.virtual_local_rank = *virtual_local_rank;
+  return absl::OkStatus();
+}
+
+// The signals --signals-to-handle may name: those a launcher may be sent to
+// stop it (by a user, a scheduler, a preemption notice). Not SIGKILL or
+// SIGSTOP (no process can catch them), nor SIGCHLD, SIGPIPE, the job-control
+// signals or those of a fault.
+constexpr std::pair<absl::string_view, int> kHandleableSignals[] = {
+    {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
+    {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
+    {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU}, {"SIGPWR", SIGPWR},
+};
+
+absl::Status ParseSignalsToHandle(const Given& given, LaunchConfig& config) {
+  std::vector<absl::string_view> names;
+  for (const auto& [name, number] : kHandleableSignals) names.push_back(name);
+  const std::string fix =
+      absl::StrCat("give --signals-to-handle NAME[,NAME...] from ", absl::StrJoin(names, ", "),
+                   " (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)");
+  std::vector<int> signals;
+  // As torchrun: split on commas, each name stripped, Python's spelling.
+  for (absl::string_view item : absl::StrSplit(given.value, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    auto known = std::find_if(std::begin(kHandleableSignals), std::end(kHandleableSignals),
+                              [&](const auto& entry) { return entry.first == item; });
+    if (known == std::end(kHandleableSignals)) {
+      return Invalid(given,
+                     item.empty() ? std::string("an empty signal name")
+                                  : absl::StrCat(Shown(item), " is not a signal muster can handle"),
+                     fix);
+    }
+    if (std::find(signals.begin(), signals.end(), known->second) == signals.end()) {
+      signals.push_back(known->second);
+    }
+  }
+  config.signals_to_handle = std::move(signals);
+  config.signals_to_handle_text = given.value;
   return absl::OkStatus();
 }
 
@@ -581,6 +781,9 @@ absl::Status ApplyRestarts(const GivenOptions& given, LaunchConfig& config) {
         *timeout, /*allow_zero=*/true, "give --shutdown-timeout SECONDS (>= 0), e.g. 30");
     if (!seconds.ok()) return seconds.status();
     config.shutdown_grace = SecondsToMillis(*seconds);
+  }
+  if (const Given* signals = given.Get(Key::kSignalsToHandle)) {
+    MUSTER_RETURN_IF_ERROR(ParseSignalsToHandle(*signals, config));
   }
   return absl::OkStatus();
 }
@@ -625,6 +828,24 @@ absl::Status ParseRedirectSpec(const Given& given, RedirectSpec& spec) {
   return absl::OkStatus();
 }
 
+// A --duplicate-std*-filters list as torchrun splits it: at commas, ",,"
+// standing for a comma (read left to right: "a,,,b" is "a," and "b"). An
+// empty text is one empty filter, which every line holds.
+std::vector<std::string> SplitFilters(absl::string_view text) {
+  std::vector<std::string> filters(1);
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      filters.back().push_back(text[i]);
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      filters.back().push_back(',');
+      ++i;
+    } else {
+      filters.emplace_back();
+    }
+  }
+  return filters;
+}
+
 absl::Status ApplyLogs(const GivenOptions& given, LaunchConfig& config) {
   if (const Given* dir = given.Get(Key::kLogDir)) config.log_dir = dir->value;
   if (const Given* redirects = given.Get(Key::kRedirects)) {
@@ -649,6 +870,32 @@ absl::Status ApplyLogs(const GivenOptions& given, LaunchConfig& config) {
         ranks.insert(static_cast<int>(*rank));
       }
       config.local_ranks_filter = std::move(ranks);
+    }
+  }
+  if (const Given* prefix = given.Get(Key::kLogLinePrefixTemplate)) {
+    config.log_line_prefix_template = prefix->value;
+  }
+  for (auto [key, field] :
+       {std::pair{Key::kDuplicateStdoutFilters, &LaunchConfig::duplicate_stdout_filters},
+        std::pair{Key::kDuplicateStderrFilters, &LaunchConfig::duplicate_stderr_filters}}) {
+    if (const Given* filters = given.Get(key)) config.*field = SplitFilters(filters->value);
+  }
+  if (const Given* specs = given.Get(Key::kLogsSpecs)) {
+    if (specs->value != "default") {
+      return Invalid(*specs,
+                     "torchrun loads a log layout from a Python entry point "
+                     "(torchrun.logs_specs); muster has one layout, torchrun's default",
+                     "drop --logs-specs, or give --logs-specs default");
+    }
+  }
+  if (const Given* handler = given.Get(Key::kEventLogHandler)) {
+    // torchrun's handlers: console, and null and dynamic_rendezvous (both
+    // discard the events outside Meta's own build).
+    if (handler->value == "console") {
+      config.console_events = true;
+    } else if (handler->value != "null" && handler->value != "dynamic_rendezvous") {
+      return Invalid(*handler, "unknown event log handler",
+                     "give --event-log-handler null (the default) or console");
     }
   }
   return absl::OkStatus();
@@ -732,7 +979,9 @@ std::array<CLI::Option*, kNumKeys> DeclareOptions(CLI::App& app) {
     CLI::Option* option = spec.value_name.empty()
                               ? app.add_flag(spellings)
                               : app.add_option(spellings)->type_name(std::string(spec.value_name));
-    option->description(std::string(spec.description));
+    option->description(spec.since.empty()
+                            ? std::string(spec.description)
+                            : absl::StrCat(spec.description, " (torchrun ", spec.since, ")"));
     option->group(std::string(spec.group));
     if (!spec.default_text.empty()) option->default_str(std::string(spec.default_text));
     options[static_cast<size_t>(spec.key)] = option;
@@ -818,8 +1067,7 @@ absl::StatusOr<GivenOptions> CollectGiven(const std::array<CLI::Option*, kNumKey
       continue;
     }
     if (!env || spec.env.empty()) continue;
-    for (absl::string_view name :
-         {spec.env, spec.key == Key::kShutdownTimeout ? kTorchShutdownEnv : absl::string_view()}) {
+    for (absl::string_view name : {spec.env, FallbackEnv(spec.key)}) {
       if (name.empty()) continue;
       std::optional<std::string> value = env(std::string(name));
       if (value && !value->empty()) {
@@ -831,8 +1079,65 @@ absl::StatusOr<GivenOptions> CollectGiven(const std::array<CLI::Option*, kNumKey
   return given;
 }
 
-absl::StatusOr<ParsedCommandLine> ParseOrThrow(const std::vector<std::string>& args,
+// argparse's abbreviations, which torchrun's command line allows and scripts written for it use:
+// before the script, a long option that is no spelling of muster's but the start of the
+// spellings of exactly one option is that option (`--redirect 3` is `--redirects 3`). Returns
+// `args` with each abbreviation written out, or an error naming the candidates of an ambiguous one.
+// Unlike Python 3.11's argparse, the two spellings of one option (`--nproc` matches
+// `--nproc-per-node` and `--nproc_per_node`) are not a choice. Stops where the script starts:
+// after `--`, or at the first argument that is no option and no option's value.
+absl::StatusOr<std::vector<std::string>> ExpandAbbreviations(std::vector<std::string> args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& token = args[i];
+    if (token == "--" || token.size() < 2 || token.front() != '-') break;
+    if (!absl::StartsWith(token, "--")) {
+      // A short option: -r and -t take the next argument unless joined (-r3).
+      if (const OptionSpec* spec = FindSpelling(token);
+          spec != nullptr && !spec->value_name.empty()) {
+        ++i;
+      }
+      continue;
+    }
+    const size_t equals = token.find('=');
+    const absl::string_view name = absl::string_view(token).substr(0, equals);
+    const OptionSpec* spec = FindSpelling(name);
+    if (spec == nullptr && name.size() > 2) {
+      std::vector<const OptionSpec*> candidates;
+      absl::string_view spelling_found;
+      for (const OptionSpec& option : kSpecs) {
+        for (absl::string_view spelling : absl::StrSplit(option.spellings, ',')) {
+          if (!absl::StartsWith(spelling, name)) continue;
+          if (std::find(candidates.begin(), candidates.end(), &option) == candidates.end()) {
+            candidates.push_back(&option);
+          }
+          spelling_found = spelling;
+        }
+      }
+      if (candidates.size() > 1) {
+        std::vector<absl::string_view> names;
+        for (const OptionSpec* candidate : candidates) names.push_back(candidate->name);
+        return absl::InvalidArgumentError(absl::StrCat("ambiguous option ", Shown(name),
+                                                       ": it could be ", absl::StrJoin(names, ", "),
+                                                       "; write more of its name"));
+      }
+      if (candidates.size() == 1) {
+        spec = candidates.front();
+        token =
+            absl::StrCat(spelling_found, equals == std::string::npos ? "" : token.substr(equals));
+      }
+    }
+    if (spec == nullptr) break;  // unknown: reported as such by the caller
+    if (!spec->value_name.empty() && equals == std::string::npos) ++i;
+  }
+  return args;
+}
+
+absl::StatusOr<ParsedCommandLine> ParseOrThrow(const std::vector<std::string>& given_args,
                                                const EnvLookup& env) {
+  // An ambiguous abbreviation is refused as an unknown option is, --help after it or not.
+  absl::StatusOr<std::vector<std::string>> expanded = ExpandAbbreviations(given_args);
+  if (!expanded.ok()) return expanded.status();
+  const std::vector<std::string>& args = *expanded;
   CLI::App app("muster: an elastic launcher for distributed training, a drop-in for torchrun.",
                "muster");
   std::array<CLI::Option*, kNumKeys> options = DeclareOptions(app);

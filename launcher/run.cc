@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/agent.h"
+#include "agent/worker_env.h"
 #include "common/endpoint.h"
 #include "common/log.h"
 #include "common/open_files.h"
@@ -180,8 +181,10 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
     }
     rdzv::ServerOptions server_options;
     server_options.token = token;  // the same as its agents': they call with it
-    // A stopped agent is dropped at most heartbeat_timeout plus a sixth of it
-    // (5 s at most) after it stopped (see ServerOptions::ping_interval).
+    // Shorter than the agents' own pings (heartbeat_timeout / 3), so this
+    // server does the pinging: a few hundred nodes at most. A stopped agent
+    // is dropped heartbeat_timeout after it last answered, which is at most
+    // a sixth of it (5 s at most) before it stopped (ServerOptions::ping_interval).
     const absl::Duration heartbeat = absl::FromChrono(config.rdzv_conf.heartbeat_timeout);
     server_options.ping_interval = std::clamp(heartbeat / 6, absl::Seconds(1), absl::Seconds(5));
     server_options.ping_timeout = server_options.ping_interval;
@@ -331,6 +334,10 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   absl::StatusOr<int> nproc =
       ResolveNproc(config.nproc_kind, config.nproc_per_node, gpus, UsableCpus());
   if (!nproc.ok()) return Usage(nproc.status());
+  if (config.virtual_local_rank) {
+    const std::string problem = VirtualLocalRankProblem(GetEnv("CUDA_VISIBLE_DEVICES"), *nproc);
+    if (!problem.empty()) return absl::InvalidArgumentError(problem);
+  }
 
   const std::string path = GetEnv("PATH").value_or("/usr/bin:/bin");
   absl::StatusOr<Program> program = ResolveProgram({config.script, config.module, config.no_python,
@@ -370,7 +377,7 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   }
 
   // From here on other threads exist (gRPC's): block the signals the agent reads first.
-  BlockAgentSignals();
+  BlockAgentSignals(config);
   rdzv::RouteGrpcLogsToSpdlog();
   absl::StatusOr<Rendezvous> rendezvous =
       on_etcd ? SetUpEtcdRendezvous(config, credential.tls)

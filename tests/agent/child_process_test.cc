@@ -1,5 +1,6 @@
 #include "agent/child_process.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -14,8 +15,10 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/open_files.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace muster {
@@ -203,6 +206,35 @@ TEST(ChildProcessTest, WorkersGetTheOpenFileLimitTheAgentWasGiven) {
   EXPECT_EQ(ReadAll(out.get()), "1000\n");
   EXPECT_TRUE(Wait(**child).success());
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+}
+
+using ::testing::EndsWith;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+// --numa-binding: the CPUs and the preferred memory node are set before exec.
+TEST(ChildProcessTest, BoundToTheCpusAndNodeAsked) {
+  cpu_set_t own;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(own), &own), 0);
+  int last = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &own)) last = cpu;
+  }
+  SpawnOptions options{"/bin/sh",
+                       {"sh", "-c",
+                        "grep Cpus_allowed_list /proc/self/status; "
+                        "grep -c -E 'prefer( \\(many\\))?:0 ' /proc/self/numa_maps"},
+                       {}};
+  options.cpus = {last};
+  options.memory_nodes = {0};
+  auto child = ChildProcess::Spawn(options);
+  ASSERT_TRUE(child.ok()) << child.status();
+  UniqueFd out = (*child)->TakeStdout();
+  const std::string text = ReadAll(out.get());
+  EXPECT_THAT(text, StartsWith(absl::StrCat("Cpus_allowed_list:\t", last, "\n"))) << text;
+  // grep -c: how many of the shell's mappings prefer node 0; none without the policy.
+  EXPECT_THAT(text, Not(EndsWith("\n0\n"))) << text;
+  EXPECT_TRUE(Wait(**child).success());
 }
 
 TEST(ResolveExecutableTest, SearchesPath) {

@@ -488,6 +488,26 @@ TEST_F(ElasticStateTest, AStopSignalStopsTheWorkersThenExitsAt128PlusItAndLeaves
   EXPECT_TRUE(Find<action::Exit>(exit).report.empty());
 }
 
+// --signals-to-handle SIGUSR1: SIGUSR1 stops the job; SIGTERM, left out, is only forwarded.
+TEST(ElasticStateSignalsTest, TheStopSignalsAreThoseGiven) {
+  ElasticOptions options = Options();
+  options.stop_signals = {SIGUSR1};
+  ElasticState state(options);
+  state.Start(At(0));
+  state.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  state.OnWorkersStarted(2, std::nullopt, At(10));
+  Actions term = state.OnSignal(SIGTERM, At(100));
+  EXPECT_THAT(Names(term), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(term), ElementsAre("INFO forwarded SIGTERM to 2 worker(s)"));
+  EXPECT_EQ(state.phase(), AgentPhase::kRunning);
+  Actions usr1 = state.OnSignal(SIGUSR1, At(200));
+  EXPECT_THAT(Logs(usr1), ElementsAre("WARN received SIGUSR1: stopping 2 worker(s) (grace 3.0 s)"));
+  EXPECT_EQ(state.phase(), AgentPhase::kStopping);
+  state.OnWorkerExit(kByTerm, Failure(0, 0, SIGUSR1), At(210));
+  Actions exit = state.OnWorkerExit(kByTerm, Failure(1, 0, SIGUSR1), At(220));
+  EXPECT_THAT(Names(exit), ElementsAre("Exit 138"));
+}
+
 TEST_F(ElasticStateTest, ASecondStopSignalKillsTheWorkersAtOnce) {
   ToRunning();
   state_.OnSignal(SIGINT, At(100));

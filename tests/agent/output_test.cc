@@ -169,6 +169,43 @@ TEST(WorkerOutputTest, NoConsoleStillWritesTheFile) {
   EXPECT_EQ(ReadFile(path), "only\nto the file");
 }
 
+// --duplicate-stdout-filters: matching lines of every worker, prefixed, in one shared file,
+// whether or not the console shows them.
+TEST(WorkerOutputTest, LinesHoldingAFilterAreCopiedToTheSharedFile) {
+  TempDir dir;
+  const std::string path = dir.path() + "/filtered_stdout.log";
+  absl::StatusOr<UniqueFd> file = OpenLogFile(path);
+  ASSERT_TRUE(file.ok());
+  LineDuplicator duplicate({"loss", "NCCL WARN"}, std::move(*file));
+  PacketConsole console;
+  WorkerOutput shown("[rank 0]: ", console.fd(), UniqueFd(), &duplicate);
+  WorkerOutput hidden("[rank 1]: ", -1, UniqueFd(), &duplicate);
+  shown.Append("step 1 loss 0.5\nstep 1 acc 0.1\n");
+  // Case matters; a partial line waits for its end.
+  hidden.Append("rank 1 loss 0.6\nLOSS shouted\npartial loss");
+  shown.Append("[rank 0] NCCL WARN x\n");
+  hidden.Finish();
+  EXPECT_EQ(ReadFile(path),
+            "[rank 0]: step 1 loss 0.5\n[rank 1]: rank 1 loss 0.6\n[rank 0]: [rank 0] NCCL WARN "
+            "x\n[rank 1]: partial loss\n");
+  EXPECT_THAT(console.Writes(),
+              ElementsAre("[rank 0]: step 1 loss 0.5\n", "[rank 0]: step 1 acc 0.1\n",
+                          "[rank 0]: [rank 0] NCCL WARN x\n"));
+  EXPECT_TRUE(duplicate.status().ok());
+}
+
+// The prefix is not searched: "[rank 0]" must not match a filter "rank".
+TEST(WorkerOutputTest, FiltersAreLookedForInTheLineNotItsPrefix) {
+  TempDir dir;
+  const std::string path = dir.path() + "/filtered_stderr.log";
+  absl::StatusOr<UniqueFd> file = OpenLogFile(path);
+  ASSERT_TRUE(file.ok());
+  LineDuplicator duplicate({"rank"}, std::move(*file));
+  WorkerOutput output("[rank 0]: ", -1, UniqueFd(), &duplicate);
+  output.Append("no match\n");
+  EXPECT_EQ(ReadFile(path), "");
+}
+
 TEST(WorkerOutputTest, NoConsoleAndNoFileIsHarmless) {
   WorkerOutput output("[rank 5]: ", -1, UniqueFd());
   output.Append("nowhere\n");

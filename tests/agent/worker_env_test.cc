@@ -86,6 +86,44 @@ TEST(WorkerEnvironmentTest, EachVariableOnce) {
   EXPECT_EQ(env.size(), AsMap(env).size());
 }
 
+// --signals-to-handle reaches workers as torchrun 2.9 and later pass it.
+TEST(WorkerEnvironmentTest, SignalsToHandle) {
+  WorkerIdentity worker = Worker(0, 2);
+  EXPECT_FALSE(
+      AsMap(WorkerEnvironment({}, TwoNodes(), worker)).contains("TORCHELASTIC_SIGNALS_TO_HANDLE"));
+  worker.signals_to_handle = "SIGTERM,SIGUSR1";
+  EXPECT_EQ(AsMap(WorkerEnvironment({"TORCHELASTIC_SIGNALS_TO_HANDLE=SIGINT"}, TwoNodes(),
+                                    worker))["TORCHELASTIC_SIGNALS_TO_HANDLE"],
+            "SIGTERM,SIGUSR1");
+}
+
+// --virtual-local-rank, as torchrun's _set_local_rank_env.
+TEST(WorkerEnvironmentTest, VirtualLocalRankNarrowsTheDevices) {
+  WorkerIdentity worker = Worker(1, 2);
+  worker.virtual_local_rank = true;
+  auto env = AsMap(WorkerEnvironment({"CUDA_VISIBLE_DEVICES=4, 6"}, TwoNodes(), worker));
+  EXPECT_EQ(env["LOCAL_RANK"], "0");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "6");
+  EXPECT_EQ(env["RANK"], "5");  // the rest as ever
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+  // Unset: the worker's own index.
+  EXPECT_EQ(AsMap(WorkerEnvironment({}, TwoNodes(), worker))["CUDA_VISIBLE_DEVICES"], "1");
+  // Off: LOCAL_RANK as ever, CUDA_VISIBLE_DEVICES as the agent has it.
+  worker.virtual_local_rank = false;
+  env = AsMap(WorkerEnvironment({"CUDA_VISIBLE_DEVICES=4,6"}, TwoNodes(), worker));
+  EXPECT_EQ(env["LOCAL_RANK"], "1");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "4,6");
+}
+
+TEST(WorkerEnvironmentTest, VirtualLocalRankNeedsADeviceForEachWorker) {
+  EXPECT_EQ(VirtualLocalRankProblem(std::nullopt, 8), "");
+  EXPECT_EQ(VirtualLocalRankProblem("0,1", 2), "");
+  EXPECT_EQ(VirtualLocalRankProblem("0,1,2", 4),
+            "--virtual-local-rank gives each worker one device of CUDA_VISIBLE_DEVICES=0,1,2, "
+            "which names 3 for 4 workers; give --nproc-per-node 3 or name a device for each "
+            "worker");
+}
+
 TEST(WorkerCommandTest, PythonScript) {
   LaunchConfig config;
   config.script = "train.py";
@@ -107,6 +145,16 @@ TEST(WorkerCommandTest, NoPython) {
   config.script = "./a.out";
   config.script_args = {"${local_rank}${local_rank}"};
   EXPECT_THAT(WorkerCommand(config, "./a.out", 1), ElementsAre("./a.out", "11"));
+}
+
+// torchrun runs every argument through string.Template: $local_rank too, and $$ is a $.
+TEST(WorkerCommandTest, ArgumentsGoThroughTorchrunsTemplate) {
+  LaunchConfig config;
+  config.no_python = true;
+  config.script = "./a.out";
+  config.script_args = {"$local_rank", "$$HOME", "${rank}", "$5"};
+  EXPECT_THAT(WorkerCommand(config, "./a.out", 2),
+              ElementsAre("./a.out", "2", "$HOME", "${rank}", "$5"));
 }
 
 TEST(EnvEntriesTest, FindAndSetMatchTheWholeName) {

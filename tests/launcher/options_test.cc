@@ -1,5 +1,7 @@
 #include "launcher/options.h"
 
+#include <signal.h>
+
 #include <chrono>
 #include <functional>
 #include <map>
@@ -88,6 +90,13 @@ TEST(ParseCommandLineTest, DefaultsMatchTorchrun) {
   EXPECT_EQ(config.master_port, 29500);
   EXPECT_EQ(config.local_addr, "");
   EXPECT_EQ(config.shutdown_grace, milliseconds(30'000));
+  EXPECT_EQ(config.log_line_prefix_template, "");
+  EXPECT_THAT(config.duplicate_stdout_filters, IsEmpty());
+  EXPECT_THAT(config.duplicate_stderr_filters, IsEmpty());
+  EXPECT_FALSE(config.console_events);
+  EXPECT_THAT(config.signals_to_handle, ElementsAre(SIGTERM, SIGINT, SIGHUP, SIGQUIT));
+  EXPECT_EQ(config.signals_to_handle_text, "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  EXPECT_FALSE(config.virtual_local_rank);
   EXPECT_EQ(config.script, "train.py");
   EXPECT_THAT(config.script_args, IsEmpty());
 }
@@ -205,6 +214,40 @@ std::vector<OptionCase> AllOptions() {
        [](const LaunchConfig& c) {
          EXPECT_EQ(c.local_ranks_filter, (std::set<int>{0, 3}));
        }},
+      {{"--log-line-prefix-template", "--log_line_prefix_template"},
+       "PET_LOG_LINE_PREFIX_TEMPLATE",
+       "[${role_name}${local_rank}]:",
+       [](const LaunchConfig& c) {
+         EXPECT_EQ(c.log_line_prefix_template, "[${role_name}${local_rank}]:");
+       }},
+      {{"--duplicate-stdout-filters", "--duplicate_stdout_filters"},
+       "PET_DUPLICATE_STDOUT_FILTERS",
+       "loss,,acc,step",
+       [](const LaunchConfig& c) {
+         EXPECT_THAT(c.duplicate_stdout_filters, ElementsAre("loss,acc", "step"));
+         EXPECT_THAT(c.duplicate_stderr_filters, IsEmpty());
+       }},
+      {{"--duplicate-stderr-filters", "--duplicate_stderr_filters"},
+       "PET_DUPLICATE_STDERR_FILTERS",
+       "NCCL WARN",
+       [](const LaunchConfig& c) {
+         EXPECT_THAT(c.duplicate_stderr_filters, ElementsAre("NCCL WARN"));
+       }},
+      {{"--event-log-handler", "--event_log_handler"},
+       "PET_EVENT_LOG_HANDLER",
+       "console",
+       [](const LaunchConfig& c) { EXPECT_TRUE(c.console_events); }},
+      {{"--signals-to-handle", "--signals_to_handle"},
+       "PET_SIGNALS_TO_HANDLE",
+       "SIGTERM, SIGUSR1",
+       [](const LaunchConfig& c) {
+         EXPECT_THAT(c.signals_to_handle, ElementsAre(SIGTERM, SIGUSR1));
+         EXPECT_EQ(c.signals_to_handle_text, "SIGTERM, SIGUSR1");
+       }},
+      {{"--virtual-local-rank", "--virtual_local_rank"},
+       "PET_VIRTUAL_LOCAL_RANK",
+       "",
+       [](const LaunchConfig& c) { EXPECT_TRUE(c.virtual_local_rank); }},
   };
 }
 
@@ -235,6 +278,64 @@ TEST(ParseCommandLineTest, EveryOptionFromItsPetVariable) {
     SCOPED_TRACE(option.env);
     option.check(Config({"train.py"}, {{option.env, option.value.empty() ? "1" : option.value}}));
   }
+}
+
+// As torchrun: the flag, else PET_LOG_LINE_PREFIX_TEMPLATE, else torch's own variable.
+TEST(ParseCommandLineTest, LogLinePrefixTemplateFallsBackToTorchsVariable) {
+  const Env torch = {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]: "}};
+  EXPECT_EQ(Config({"t.py"}, torch).log_line_prefix_template, "[rank${rank}]: ");
+  EXPECT_EQ(
+      Config({"--log-line-prefix-template", "${rank}|", "t.py"}, torch).log_line_prefix_template,
+      "${rank}|");
+}
+
+TEST(ParseCommandLineTest, DuplicateFiltersSplitAsTorchrunSplitsThem) {
+  EXPECT_THAT(Config({"--duplicate-stdout-filters", "a,,,b", "t.py"}).duplicate_stdout_filters,
+              ElementsAre("a,", "b"));
+  // An empty filter is in every line.
+  EXPECT_THAT(Config({"--duplicate-stdout-filters=", "t.py"}).duplicate_stdout_filters,
+              ElementsAre(""));
+}
+
+TEST(ParseCommandLineTest, SignalsToHandleErrors) {
+  EXPECT_THAT(Error({"--signals-to-handle", "SIGTERM,sigusr1", "t.py"}),
+              AllOf(HasSubstr("sigusr1 is not a signal muster can handle"),
+                    HasSubstr("SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2")));
+  EXPECT_THAT(Error({"--signals-to-handle", "SIGKILL", "t.py"}), HasSubstr("SIGKILL is not"));
+  EXPECT_THAT(Error({"--signals-to-handle", "SIGTERM,", "t.py"}),
+              HasSubstr("an empty signal name"));
+  EXPECT_THAT(Config({"--signals-to-handle", "SIGUSR2,SIGUSR2", "t.py"}).signals_to_handle,
+              ElementsAre(SIGUSR2));
+}
+
+// No PET_ variable, as torchrun's has none.
+TEST(ParseCommandLineTest, NumaBinding) {
+  EXPECT_EQ(Config({"t.py"}).numa_binding, NumaBinding::kNone);
+  EXPECT_EQ(Config({"--numa-binding", "node", "t.py"}).numa_binding, NumaBinding::kNode);
+  EXPECT_EQ(Config({"--numa_binding=socket", "t.py"}).numa_binding, NumaBinding::kSocket);
+  EXPECT_EQ(Config({"--numa-binding", "exclusive", "t.py"}).numa_binding, NumaBinding::kExclusive);
+  EXPECT_EQ(Config({"--numa-binding", "core-complex", "t.py"}).numa_binding,
+            NumaBinding::kCoreComplex);
+  EXPECT_EQ(Config({"t.py"}, {{"PET_NUMA_BINDING", "node"}}).numa_binding, NumaBinding::kNone);
+  EXPECT_THAT(Error({"--numa-binding", "Node", "t.py"}),
+              HasSubstr("give --numa-binding node, socket, exclusive or core-complex"));
+}
+
+// torchrun loads --logs-specs from a Python entry point; muster has the default layout only.
+TEST(ParseCommandLineTest, LogsSpecsDefaultOnly) {
+  EXPECT_EQ(Config({"--logs-specs", "default", "t.py"}).script, "t.py");
+  EXPECT_EQ(Config({"--logs_specs=default", "t.py"}).script, "t.py");
+  EXPECT_THAT(Error({"--logs-specs", "DOESNOT_EXIST", "t.py"}),
+              AllOf(HasSubstr("--logs-specs DOESNOT_EXIST"), HasSubstr("Python entry point"),
+                    HasSubstr("give --logs-specs default")));
+}
+
+TEST(ParseCommandLineTest, EventLogHandlers) {
+  EXPECT_FALSE(Config({"--event-log-handler", "null", "t.py"}).console_events);
+  EXPECT_FALSE(Config({"--event-log-handler", "dynamic_rendezvous", "t.py"}).console_events);
+  EXPECT_THAT(
+      Error({"--event-log-handler", "scribe", "t.py"}),
+      AllOf(HasSubstr("unknown event log handler"), HasSubstr("null (the default) or console")));
 }
 
 TEST(ParseCommandLineTest, CommandLineWinsOverEnvironment) {
@@ -323,8 +424,32 @@ TEST(ParseCommandLineTest, UnknownOptionBeforeScript) {
 }
 
 TEST(ParseCommandLineTest, UnknownOptionSuggestsCloseMatch) {
-  EXPECT_THAT(Error({"--nproc", "4", "train.py"}), HasSubstr("did you mean --nproc-per-node?"));
-  EXPECT_THAT(Error({"--max-restart=3", "train.py"}), HasSubstr("did you mean --max-restarts?"));
+  EXPECT_THAT(Error({"--nproc-per-mode", "4", "train.py"}),
+              HasSubstr("did you mean --nproc-per-node?"));
+  EXPECT_THAT(Error({"--max-restrts=3", "train.py"}), HasSubstr("did you mean --max-restarts?"));
+}
+
+// As argparse (torchrun): an unambiguous start of a long option is that option.
+TEST(ParseCommandLineTest, AbbreviatedLongOptions) {
+  LaunchConfig config = Config({"--redirect", "3", "--max-restart=2", "--nproc", "4",
+                                "--rdzv-end=h:1", "--stand", "train.py", "--redirect", "1"});
+  EXPECT_TRUE(config.redirects.For(5).out && config.redirects.For(5).err);
+  EXPECT_EQ(config.max_restarts, 2);
+  EXPECT_EQ(config.nproc_per_node, 4);
+  EXPECT_TRUE(config.standalone);
+  EXPECT_EQ(config.script, "train.py");
+  EXPECT_THAT(config.script_args, ElementsAre("--redirect", "1"));
+  EXPECT_EQ(Config({"--nproc_per", "2", "--node_r", "1", "t.py"}).node_rank, 1);
+  EXPECT_EQ(Config({"--rdzv-id", "--redir", "t.py"}).rdzv_id, "--redir");  // a value, not an option
+  EXPECT_EQ(Config({"--", "--redir", "t.py"}).script, "--redir");
+}
+
+TEST(ParseCommandLineTest, AmbiguousAbbreviationNamesTheCandidates) {
+  EXPECT_EQ(Error({"--rdzv", "x", "train.py"}),
+            "ambiguous option --rdzv: it could be --rdzv-backend, --rdzv-endpoint, --rdzv-id, "
+            "--rdzv-conf; write more of its name");
+  EXPECT_THAT(Error({"--st=1", "train.py"}),
+              HasSubstr("ambiguous option --st: it could be --standalone, --start-method"));
 }
 
 TEST(ParseCommandLineTest, NoScript) {
@@ -506,7 +631,7 @@ TEST(ParseCommandLineTest, RdzvConfErrorsNameTheKeyAndListTheKeys) {
     std::string named;
   };
   for (const Case& c : std::vector<Case>{{"join_timeout", "join_timeout"},
-                                         {"timeout=5", "timeout"},
+                                         {"store_type=redis", "store_type"},
                                          {"join_timeout=abc", "join_timeout"},
                                          {"join_timeout=-1", "join_timeout"},
                                          {"join_timeout=", "join_timeout"},
@@ -522,6 +647,59 @@ TEST(ParseCommandLineTest, RdzvConfErrorsNameTheKeyAndListTheKeys) {
                       HasSubstr("keys: join_timeout, last_call_timeout"),
                       HasSubstr("keep_alive_max_attempt (integer >= 1)")));
   }
+}
+
+// torchrun ignores a key no backend reads; muster too, with one warning line each.
+TEST(ParseCommandLineTest, RdzvConfUnknownKeyIsIgnoredWithAWarning) {
+  absl::StatusOr<ParsedCommandLine> parsed =
+      Parse({"--rdzv-backend", "c10d", "--rdzv-conf", "join_timeout=5,colour=blue", "t.py"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->config.rdzv_conf.join_timeout, milliseconds(5000));
+  ASSERT_THAT(parsed->warnings, ElementsAre(HasSubstr("ignoring the unknown key colour")));
+  EXPECT_THAT(parsed->warnings[0], Not(HasSubstr("\n")));
+}
+
+// test/distributed/launcher/test_run.py passes the quotes of a shell line
+// through a Python list: torchrun 1.13 and 2.x run it, so muster must.
+TEST(ParseCommandLineTest, RdzvConfOfTorchsOwnLauncherTestRuns) {
+  absl::StatusOr<ParsedCommandLine> parsed =
+      Parse({"--nnodes=1:2", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29400",
+             "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'", "t.py"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->config.rdzv_conf.last_call_timeout, milliseconds(1000));
+  EXPECT_THAT(parsed->warnings, ElementsAre(HasSubstr(R"(unknown key '\'join_timeout')")));
+}
+
+TEST(ParseCommandLineTest, RdzvConfTorchrunKeysWithAndWithoutAMeaningHere) {
+  // static: torchrun's `timeout` is its store's, which is muster's join timeout.
+  EXPECT_EQ(Config({"--rdzv-conf", "timeout=7", "t.py"}).rdzv_conf.join_timeout,
+            milliseconds(7000));
+  EXPECT_EQ(Config({"--rdzv-conf", "timeout=7,join_timeout=9", "t.py"}).rdzv_conf.join_timeout,
+            milliseconds(9000));
+  EXPECT_THAT(Error({"--rdzv-conf", "timeout=0", "t.py"}), HasSubstr("timeout needs seconds > 0"));
+  // c10d reads no `timeout`, in torchrun or here.
+  EXPECT_EQ(
+      Config({"--rdzv-backend=c10d", "--rdzv-conf", "timeout=x", "t.py"}).rdzv_conf.join_timeout,
+      milliseconds(600'000));
+  // is_host as torchrun's get_as_bool reads it.
+  EXPECT_EQ(Config({"--rdzv-conf", "is_host=Yes", "t.py"}).rdzv_conf.is_host, true);
+  EXPECT_EQ(Config({"--rdzv-conf", "is_host=n", "t.py"}).rdzv_conf.is_host, false);
+  absl::StatusOr<ParsedCommandLine> quiet =
+      Parse({"--rdzv-conf", "store_type=TCP,use_libuv=0,rank=3,read_timeout=9", "t.py"});
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_THAT(quiet->warnings, IsEmpty());
+  absl::StatusOr<ParsedCommandLine> noted =
+      Parse({"--rdzv-conf", "store_type=file,etcd_prefix=/x", "t.py"});
+  ASSERT_TRUE(noted.ok()) << noted.status();
+  EXPECT_THAT(noted->warnings, ElementsAre(HasSubstr("store_type=file is ignored"),
+                                           HasSubstr("etcd_prefix is torchrun's etcd (v1)")));
+}
+
+// torchrun passes these on as arguments of its own and crashes; muster names the option.
+TEST(ParseCommandLineTest, RdzvConfKeysThatAreOptions) {
+  EXPECT_THAT(Error({"--rdzv-conf", "local_addr=10.0.0.1", "t.py"}),
+              HasSubstr("local_addr is not a rendezvous setting but an option; give --local-addr"));
+  EXPECT_THAT(Error({"--rdzv-conf", "min_nodes=2", "t.py"}), HasSubstr("give --nnodes MIN:MAX"));
 }
 
 // A node whose heartbeat timeout is zero would never be found dead.
@@ -712,7 +890,8 @@ TEST(ParseCommandLineTest, HelpListsEveryOption) {
   EXPECT_THAT(help, AllOf(HasSubstr("Usage: muster [options] SCRIPT"), HasSubstr("-m, --module"),
                           HasSubstr("--version"), HasSubstr("PET_<NAME>"),
                           HasSubstr("Options go before SCRIPT"), HasSubstr("[default: 1:1]"),
-                          HasSubstr("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")));
+                          HasSubstr("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"), HasSubstr("--logs-specs"),
+                          HasSubstr("(torchrun 1.10)"), HasSubstr("(torchrun 2.9)")));
 }
 
 TEST(ParseCommandLineTest, HelpWinsOverOtherProblems) {
