@@ -1,0 +1,87 @@
+"""PyTorch 2.6 for the tests: Debian trixie's python3-torch in a root of its
+own (scripts/torch2-root builds it once per machine), entered only through
+a private mount namespace, so nothing of the host stays mounted in it.
+
+muster goes in as scripts/gpu-bundle packs it (its libraries beside it,
+found through its RPATH), so it runs there as on a machine whose only
+Python is 3.13 with torch 2.6. The test's directory is mounted at the same
+path inside, and the host's /etc/hosts, so this host's name resolves."""
+import os
+import shutil
+import subprocess
+
+from harness import MUSTER
+
+ROOT = os.environ.get("MUSTER_TORCH2_ROOT", "/var/cache/muster/trixie-torch")
+STAMP = os.path.join(ROOT, ".muster-torch2")
+BUNDLE_IN_ROOT = "/opt/muster"
+
+# The libraries the bundle leaves to the root: glibc's and the C++ runtime.
+_SYSTEM_LIB = ("linux-vdso", "ld-linux", "libc.so", "libm.so", "libdl.so", "libpthread.so",
+               "librt.so", "libresolv.so", "libstdc++.so", "libgcc_s.so")
+
+_ENTER = r"""set -e
+root=$1; shift; bundle=$1; shift; work=$1; shift
+mount -t proc proc "$root/proc"
+mount --rbind /dev "$root/dev"
+mount -t tmpfs tmpfs "$root/dev/shm"
+mkdir -p "$root/opt/muster" "$root$work"
+mount --bind "$bundle" "$root/opt/muster"
+mount --bind "$work" "$root$work"
+mount --bind /etc/hosts "$root/etc/hosts"
+exec /usr/sbin/chroot "$root" "$@"
+"""
+
+
+def available():
+    """Why the root cannot be used, or "" when it can."""
+    if not os.path.exists(STAMP):
+        return f"no PyTorch 2.6 root at {ROOT} (scripts/torch2-root builds it)"
+    if os.geteuid() != 0:
+        return "entering the PyTorch 2.6 root needs root (mount namespaces, chroot)"
+    return ""
+
+
+def version():
+    with open(STAMP) as f:
+        return f.read().strip()
+
+
+def make_bundle(directory):
+    """muster, its libraries beside it in lib/, with an RPATH to them."""
+    bin_dir = os.path.join(directory, "bin")
+    lib_dir = os.path.join(directory, "lib")
+    os.makedirs(bin_dir)
+    os.makedirs(lib_dir)
+    binary = os.path.join(bin_dir, "muster")
+    shutil.copy(MUSTER, binary)
+    subprocess.run(["strip", "--strip-debug", binary], check=True)
+    ldd = subprocess.run(["ldd", MUSTER], capture_output=True, text=True, check=True).stdout
+    for line in ldd.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == "=>" and parts[2].startswith("/"):
+            if not parts[0].startswith(_SYSTEM_LIB):
+                shutil.copy(parts[2], os.path.join(lib_dir, parts[0]))
+    # DT_RPATH, not RUNPATH: it also serves the libraries' own dependencies.
+    subprocess.run(["patchelf", "--force-rpath", "--set-rpath", "$ORIGIN/../lib", binary],
+                   check=True)
+    return directory
+
+
+def run_in_root(args, bundle, work, env, timeout):
+    """Runs `args` in the root, with `env` as its whole environment; work and
+    the bundle mounted. Returns CompletedProcess with text output."""
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", _ENTER, "sh", ROOT,
+         bundle, work, *args],
+        env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def root_env(**extra):
+    """A plain environment for the root's programs: its PATH, not the host's.
+    trixie's TCPStore is built without libuv, which torch 2.6 asks for by
+    default: USE_LIBUV=0 for every worker."""
+    e = {"PATH": "/opt/muster/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
+         "USE_LIBUV": "0", "PYTHON_EXEC": "/usr/bin/python3"}
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
