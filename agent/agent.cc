@@ -34,9 +34,12 @@
 namespace muster {
 namespace {
 
-// Signals the agent always catches and sends on to its workers; those of
-// --signals-to-handle also stop the job (ElasticOptions::stop_signals).
-constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+// Signals the agent catches, unless --signals-to-handle names them, only to
+// send them on to its workers (a checkpoint request, say). Those it names
+// stop the job (ElasticOptions::stop_signals); any other keeps its default
+// action, as under torchrun: SIGTERM left out of the list ends the agent at
+// once, and its workers with it (they die with their parent).
+constexpr int kForwardedSignals[] = {SIGUSR1, SIGUSR2};
 
 // What the agent reads from its signalfd: the forwarded signals, the stop
 // signals of `config`, and SIGCHLD.

@@ -18,9 +18,11 @@ std::vector<std::string> WorkerCommand(const LaunchConfig& config, const std::st
     argv = {python, "-u"};
     if (config.module) argv.push_back("-m");
   }
-  argv.push_back(config.script);
   const std::map<std::string, std::string, std::less<>> vars = {
       {"local_rank", absl::StrCat(local_rank)}};
+  // torchrun substitutes in the script too when python runs it (it is one of
+  // the interpreter's arguments), not the program --no-python runs.
+  argv.push_back(config.no_python ? config.script : SubstituteTemplate(config.script, vars));
   for (const std::string& arg : config.script_args) {
     argv.push_back(SubstituteTemplate(arg, vars));
   }

@@ -28,7 +28,7 @@ struct RunConfig {
   bool unary_heartbeats = false;
   // The server's HTTP/2 keepalive ping of every connection (ServerOptions::
   // ping_interval, musterd --ping-interval); 0: none.
-  double server_ping_s = 15.0;  // musterd's default
+  double server_ping_s = 12.0;  // musterd's default
   // Each node's HTTP/2 keepalive ping of the server (an agent's default).
   double client_ping_s = absl::ToDoubleSeconds(kAgentKeepalive);
   absl::Duration timeout = absl::Seconds(60);

@@ -97,7 +97,7 @@ constexpr absl::string_view kTokenFileEnv = "MUSTER_TOKEN_FILE";
 constexpr absl::string_view kRdzvConfKeys =
     "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
     "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
-    "timeout (static backend: its join timeout), store_type (tcp), "
+    "timeout (static and etcd backends: their join timeout), store_type (tcp), "
     "token_file, cacert, cert, key, munge_socket (paths), auth (none/token/munge); etcd: user, "
     "password, protocol (http/https), ca_cert, ssl_cert, ssl_cert_key";
 
@@ -128,7 +128,7 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "seconds: join_timeout (600), last_call_timeout (30),\n"
      "close_timeout (30), heartbeat_timeout (30), read_timeout (60),\n"
      "keep_alive_interval (5); keep_alive_max_attempt (3); is_host (1/0);\n"
-     "timeout: the static backend's join timeout; store_type=tcp;\n"
+     "timeout: the static and etcd backends' join timeout; store_type=tcp;\n"
      "torchrun's other keys are accepted, unknown ones ignored with a warning;\n"
      "token_file=PATH: the job's shared token (else MUSTER_TOKEN_FILE);\n"
      "cacert=PATH: TLS, the server checked against this CA;\n"
@@ -201,7 +201,8 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
     {Key::kSignalsToHandle, "--signals-to-handle", "--signals-to-handle,--signals_to_handle",
      "PET_SIGNALS_TO_HANDLE", "SIG,...", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", kRestartGroup,
      "signals that stop the job (sent on to the workers first);\n"
-     "others muster catches (SIGUSR1, SIGUSR2) only reach them",
+     "SIGUSR1 and SIGUSR2 left out only reach the workers,\n"
+     "any other left out ends muster and its workers at once",
      "2.9"},
     {Key::kVirtualLocalRank, "--virtual-local-rank", "--virtual-local-rank,--virtual_local_rank",
      "PET_VIRTUAL_LOCAL_RANK", "", "off", kNodesGroup,
@@ -452,9 +453,9 @@ std::optional<bool> ToTorchBool(absl::string_view text) {
   return std::nullopt;
 }
 
-// `static_backend`: the launch uses the static backend, whose join timeout
-// torchrun's `timeout` key sets.
-absl::Status ApplyRdzvConf(const Given& given, bool static_backend, RdzvConf& conf,
+// `timeout_is_join`: torchrun's `timeout` key is this backend's join timeout
+// (static: its store's timeout; etcd, torchrun's v1: the whole rendezvous').
+absl::Status ApplyRdzvConf(const Given& given, bool timeout_is_join, RdzvConf& conf,
                            std::vector<std::string>& warnings) {
   std::optional<std::chrono::milliseconds> timeout;
   bool join_timeout_given = false;
@@ -546,9 +547,8 @@ absl::Status ApplyRdzvConf(const Given& given, bool static_backend, RdzvConf& co
     } else if (key == "munge_socket") {
       conf.munge_socket = std::string(value);
     } else if (key == "timeout") {
-      // torchrun: the static backend's store timeout, which muster's join
-      // timeout is; c10d reads it not at all, nor does muster's.
-      if (!static_backend) continue;
+      // c10d (and etcd-v2) read it not at all, nor does muster's c10d.
+      if (!timeout_is_join) continue;
       std::optional<double> seconds = ToDouble(value);
       if (!seconds || *seconds <= 0 || *seconds > kMaxSeconds) {
         return Invalid(given, absl::StrCat(key, " needs seconds > 0, not ", Shown(value)), fix);
@@ -586,7 +586,7 @@ absl::Status ApplyRdzvConf(const Given& given, bool static_backend, RdzvConf& co
           " (neither muster nor torchrun reads it; muster's keys: ", kRdzvConfKeys, ")"));
     }
   }
-  if (timeout && static_backend && !join_timeout_given) conf.join_timeout = *timeout;
+  if (timeout && timeout_is_join && !join_timeout_given) conf.join_timeout = *timeout;
   return absl::OkStatus();
 }
 
@@ -662,7 +662,9 @@ absl::Status ApplyRendezvous(const GivenOptions& given, LaunchConfig& config,
   }
   if (const Given* conf = given.Get(Key::kRdzvConf)) {
     absl::Status status =
-        ApplyRdzvConf(*conf, config.rdzv_backend == RdzvBackend::kStatic && !config.standalone,
+        ApplyRdzvConf(*conf,
+                      !config.standalone && (config.rdzv_backend == RdzvBackend::kStatic ||
+                                             config.rdzv_backend == RdzvBackend::kEtcd),
                       config.rdzv_conf, warnings);
     if (!status.ok()) return status;
   }
@@ -1051,7 +1053,13 @@ absl::StatusOr<GivenOptions> CollectGiven(const std::array<CLI::Option*, kNumKey
   GivenOptions given;
   for (const OptionSpec& spec : kSpecs) {
     const CLI::Option* option = options[static_cast<size_t>(spec.key)];
-    if (option->count() > 0 && !option->results().empty()) {
+    // As torchrun's `args.log_line_prefix_template or os.getenv(...)`: an
+    // empty template on the command line leaves torch's variable to say.
+    const bool empty_template =
+        spec.key == Key::kLogLinePrefixTemplate && option->count() > 0 &&
+        !option->results().empty() &&
+        (option->results().back().empty() || option->results().back() == kEmptyValue);
+    if (option->count() > 0 && !option->results().empty() && !empty_template) {
       std::string value = option->results().back();
       if (value == kEmptyValue) value.clear();
       if (!spec.value_name.empty()) {

@@ -183,8 +183,8 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
     server_options.token = token;  // the same as its agents': they call with it
     // Shorter than the agents' own pings (heartbeat_timeout / 3), so this
     // server does the pinging: a few hundred nodes at most. A stopped agent
-    // is dropped heartbeat_timeout after it last answered, which is at most
-    // a sixth of it (5 s at most) before it stopped (ServerOptions::ping_interval).
+    // is dropped at most heartbeat_timeout plus a sixth of it (5 s at most)
+    // after it last answered (ServerOptions::ping_interval).
     const absl::Duration heartbeat = absl::FromChrono(config.rdzv_conf.heartbeat_timeout);
     server_options.ping_interval = std::clamp(heartbeat / 6, absl::Seconds(1), absl::Seconds(5));
     server_options.ping_timeout = server_options.ping_interval;

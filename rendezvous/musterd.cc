@@ -208,18 +208,18 @@ int Main(int argc, char** argv) {
                  "again with the same DIR continues each job where it was, with no worker "
                  "restarted; without it a restart loses every job")
       ->type_name("DIR");
-  std::string ping_interval_text = "15s", ping_timeout_text = "5s";
+  std::string ping_interval_text = "12s", ping_timeout_text = "5s";
   app.add_option("--ping-interval", ping_interval_text,
                  "ping an agent's connection once nothing came from it for this long (HTTP/2 "
                  "PING, answered by the agent process itself): an agent that is stopped or hung "
-                 "is dropped about its heartbeat_timeout after it last answered. Agents ping "
-                 "every heartbeat_timeout / 3 (10 s) themselves; while they do, musterd sends "
-                 "none (answering costs it less)")
+                 "is dropped at most heartbeat_timeout + this after it last answered. Agents "
+                 "ping every heartbeat_timeout / 3 (10 s) themselves; keep this longer, and "
+                 "musterd sends none while they do (answering costs it less)")
       ->type_name("DURATION")
       ->capture_default_str();
   app.add_option("--ping-timeout", ping_timeout_text,
                  "close a connection whose ping goes unanswered this long (its node's "
-                 "heartbeat_timeout counts from the last thing it sent)")
+                 "heartbeat_timeout counts from the unanswered ping)")
       ->type_name("DURATION")
       ->capture_default_str();
   app.add_option("--max-join-timeout", max_join_timeout_text,

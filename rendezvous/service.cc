@@ -533,8 +533,10 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   server->ticker_ = CallbackTicker::Acquire();
   HubOptions hub = options.hub;
   if (options.ping_interval > absl::ZeroDuration()) {
-    // What the server read last came a ping interval before its unanswered ping.
-    hub.state.stream_silence = options.ping_interval + options.ping_timeout;
+    // Every stream end is counted so, not only those of an unanswered ping
+    // (an agent that died, a cut link the kernel found): only the ping's
+    // timeout is sure to have passed in silence.
+    hub.state.stream_silence = options.ping_timeout;
   }
   server->hub_ = std::make_shared<RendezvousHub>(hub);
   server->service_ = std::make_unique<RendezvousService>(server->hub_, options.token,

@@ -153,13 +153,13 @@ struct ServerOptions {
   // while an agent pings more often than this (every heartbeat_timeout / 3,
   // 10 s by default; rendezvous/channel.h) the server sends no ping of its
   // own; answering one costs it less than sending one (docs/BENCHMARKS.md,
-  // "Hangs"), hence musterd's 15 s. Closing the connection ends its watch
-  // stream, and the node's heartbeat timeout counts from the last thing read
-  // from it, ping_interval + ping_timeout earlier (hub.state.stream_silence;
-  // at most half the heartbeat timeout is taken off): a stopped agent is
-  // dropped about heartbeat_timeout after it last answered, never sooner.
+  // "Hangs"), hence musterd's 12 s, a little longer than the agents' 10 s.
+  // Closing the connection ends its watch stream, and the node's heartbeat
+  // timeout counts from the unanswered ping (hub.state.stream_silence, set
+  // to ping_timeout): a stopped agent is dropped heartbeat_timeout +
+  // ping_interval after it last answered, at most.
   // Zero: no pings.
-  absl::Duration ping_interval = absl::Seconds(15);
+  absl::Duration ping_interval = absl::Seconds(12);
   absl::Duration ping_timeout = absl::Seconds(5);
 
   // The job's shared token (token.h): every call must carry it. Empty: no

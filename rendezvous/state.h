@@ -126,12 +126,11 @@ struct StateOptions {
   // heartbeat timeout applies, and the owner calls DropNode for a node
   // that is gone.
   bool external_liveness = false;
-  // How long a watch stream had been silent, at least, when it ended: the
-  // server's keepalive ping interval and timeout (a stopped agent is found
-  // by a ping sent after that long without a read, and left unanswered; a
-  // vanished host by the kernel's probes, later still). The node's
-  // heartbeat timeout counts from then, though never from more than half
-  // of it before the end.
+  // How long a watch stream had been silent, at least, when it ended for
+  // an unanswered keepalive ping: the ping's timeout. Applied to every end
+  // (the server cannot tell why a stream ended), so no more than that. The
+  // node's heartbeat timeout counts from then, though never from more than
+  // half of it before the end.
   absl::Duration stream_silence = absl::ZeroDuration();
 };
 

@@ -488,7 +488,7 @@ TEST_F(ElasticStateTest, AStopSignalStopsTheWorkersThenExitsAt128PlusItAndLeaves
   EXPECT_TRUE(Find<action::Exit>(exit).report.empty());
 }
 
-// --signals-to-handle SIGUSR1: SIGUSR1 stops the job; SIGTERM, left out, is only forwarded.
+// --signals-to-handle SIGUSR1: SIGUSR1 stops the job; SIGUSR2, left out, is only forwarded.
 TEST(ElasticStateSignalsTest, TheStopSignalsAreThoseGiven) {
   ElasticOptions options = Options();
   options.stop_signals = {SIGUSR1};
@@ -496,9 +496,9 @@ TEST(ElasticStateSignalsTest, TheStopSignalsAreThoseGiven) {
   state.Start(At(0));
   state.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
   state.OnWorkersStarted(2, std::nullopt, At(10));
-  Actions term = state.OnSignal(SIGTERM, At(100));
-  EXPECT_THAT(Names(term), ElementsAre("Signal TERM"));
-  EXPECT_THAT(Logs(term), ElementsAre("INFO forwarded SIGTERM to 2 worker(s)"));
+  Actions usr2 = state.OnSignal(SIGUSR2, At(100));
+  EXPECT_THAT(Names(usr2), ElementsAre("Signal USR2"));
+  EXPECT_THAT(Logs(usr2), ElementsAre("INFO forwarded SIGUSR2 to 2 worker(s)"));
   EXPECT_EQ(state.phase(), AgentPhase::kRunning);
   Actions usr1 = state.OnSignal(SIGUSR1, At(200));
   EXPECT_THAT(Logs(usr1), ElementsAre("WARN received SIGUSR1: stopping 2 worker(s) (grace 3.0 s)"));

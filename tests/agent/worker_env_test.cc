@@ -155,6 +155,10 @@ TEST(WorkerCommandTest, ArgumentsGoThroughTorchrunsTemplate) {
   config.script_args = {"$local_rank", "$$HOME", "${rank}", "$5"};
   EXPECT_THAT(WorkerCommand(config, "./a.out", 2),
               ElementsAre("./a.out", "2", "$HOME", "${rank}", "$5"));
+  config.no_python = false;
+  config.script = "train_$local_rank.py";
+  EXPECT_THAT(WorkerCommand(config, "python3", 2),
+              ElementsAre("python3", "-u", "train_2.py", "2", "$HOME", "${rank}", "$5"));
 }
 
 TEST(EnvEntriesTest, FindAndSetMatchTheWholeName) {

@@ -129,22 +129,28 @@ class SignalsToHandle(TempDirTest):
         self.assertTrue(pids, "workers did not start: " + self.read("muster.err"))
         return proc, pids
 
-    def test_a_listed_sigusr1_stops_the_job_and_sigterm_left_out_is_only_forwarded(self):
+    def test_a_listed_sigusr1_stops_the_job_and_sigusr2_left_out_is_only_forwarded(self):
         proc, pids = self.start_workers("--signals-to-handle", "SIGUSR1,SIGINT")
-        proc.send_signal(signal.SIGTERM)
-        got_term = wait_for(lambda: all(os.path.exists(self.path(f"SIGTERM.{r}"))
+        proc.send_signal(signal.SIGUSR2)
+        got_usr2 = wait_for(lambda: all(os.path.exists(self.path(f"SIGUSR2.{r}"))
                                         for r in range(2)), timeout=10)
-        self.assertTrue(got_term, self.read("muster.err"))
-        self.assertIsNone(proc.poll(), "SIGTERM was not listed: the job goes on")
-        self.assertTrue(all(pid_alive(pid) for pid in pids))
+        self.assertTrue(got_usr2, self.read("muster.err"))
         proc.send_signal(signal.SIGUSR1)
-        # The workers ignore SIGTERM's stop and get SIGUSR1 itself, then SIGKILL after 5 s.
+        # The workers get SIGUSR1 itself, which does not end them: SIGKILL after the 5 s grace.
         self.assertEqual(proc.wait(timeout=30), 128 + signal.SIGUSR1, self.read("muster.err"))
         for rank in range(2):
             self.assertTrue(os.path.exists(self.path(f"SIGUSR1.{rank}")), f"rank {rank}")
         for pid in pids:
             self.assertFalse(pid_alive(pid))
         self.assertIn("received SIGUSR1: stopping 2 worker(s)", self.read("muster.err"))
+
+    def test_sigterm_left_out_ends_muster_and_its_workers_at_once(self):
+        proc, pids = self.start_workers("--signals-to-handle", "SIGUSR1")
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(timeout=10), -signal.SIGTERM, self.read("muster.err"))
+        # No grace: they die with their parent, SIGTERM never reaching them.
+        self.assertTrue(wait_for(lambda: not any(pid_alive(pid) for pid in pids), timeout=10))
+        self.assertFalse(os.path.exists(self.path("SIGTERM.0")))
 
     def test_the_workers_are_told_which(self):
         result = muster("--standalone", "--signals_to_handle=SIGTERM,SIGUSR2", "--no-python",

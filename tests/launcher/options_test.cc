@@ -287,6 +287,8 @@ TEST(ParseCommandLineTest, LogLinePrefixTemplateFallsBackToTorchsVariable) {
   EXPECT_EQ(
       Config({"--log-line-prefix-template", "${rank}|", "t.py"}, torch).log_line_prefix_template,
       "${rank}|");
+  EXPECT_EQ(Config({"--log-line-prefix-template=", "t.py"}, torch).log_line_prefix_template,
+            "[rank${rank}]: ");
 }
 
 TEST(ParseCommandLineTest, DuplicateFiltersSplitAsTorchrunSplitsThem) {
@@ -677,6 +679,10 @@ TEST(ParseCommandLineTest, RdzvConfTorchrunKeysWithAndWithoutAMeaningHere) {
   EXPECT_EQ(Config({"--rdzv-conf", "timeout=7,join_timeout=9", "t.py"}).rdzv_conf.join_timeout,
             milliseconds(9000));
   EXPECT_THAT(Error({"--rdzv-conf", "timeout=0", "t.py"}), HasSubstr("timeout needs seconds > 0"));
+  // torchrun's etcd (v1) backend: the whole rendezvous' deadline.
+  EXPECT_EQ(
+      Config({"--rdzv-backend=etcd", "--rdzv-conf", "timeout=8", "t.py"}).rdzv_conf.join_timeout,
+      milliseconds(8000));
   // c10d reads no `timeout`, in torchrun or here.
   EXPECT_EQ(
       Config({"--rdzv-backend=c10d", "--rdzv-conf", "timeout=x", "t.py"}).rdzv_conf.join_timeout,

@@ -495,8 +495,8 @@ TEST_F(StateTest, AnOpenWatchStreamIsAHeartbeatAndItsEndStartsTheTimeout) {
 
 // The server pings a connection silent for its ping interval and closes it
 // when the ping is not answered (ServerOptions::ping_interval): a stream
-// that ended so had been silent that long and the ping timeout, so the
-// heartbeat timeout counts from the last thing heard.
+// that ended so had been silent for the ping timeout at least, so the
+// heartbeat timeout counts from the unanswered ping.
 class StreamSilenceTest : public StateTest {
  protected:
   static StateOptions Options() {
