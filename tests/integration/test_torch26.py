@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import unittest
 
 import torch2
@@ -31,17 +30,8 @@ WHY_NOT = torch2.available()
 
 
 @unittest.skipIf(WHY_NOT, WHY_NOT)
-class Torch26(TempDirTest):
+class Torch26(torch2.WithBundle, TempDirTest):
     """muster and torchrun 2.6 side by side in the PyTorch 2.6 root."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls._bundle_dir = tempfile.mkdtemp(prefix="muster-bundle-")
-        cls.bundle = torch2.make_bundle(os.path.join(cls._bundle_dir, "bundle"))
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls._bundle_dir, ignore_errors=True)
 
     def setUp(self):
         super().setUp()

@@ -9,6 +9,7 @@ path inside, and the host's /etc/hosts, so this host's name resolves."""
 import os
 import shutil
 import subprocess
+import tempfile
 
 from harness import MUSTER
 
@@ -68,13 +69,33 @@ def make_bundle(directory):
     return directory
 
 
+class WithBundle:
+    """A test class's mixin: self.bundle, muster packed for the root, made
+    once for the class."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls._bundle_dir = tempfile.mkdtemp(prefix="muster-bundle-")
+        cls.bundle = make_bundle(os.path.join(cls._bundle_dir, "bundle"))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls._bundle_dir, ignore_errors=True)
+        super().tearDownClass()
+
+
+def enter_root_argv(args, bundle, work):
+    """The command line that runs `args` in the root, work and the bundle mounted."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _ENTER, "sh", ROOT,
+            bundle, work, *args]
+
+
 def run_in_root(args, bundle, work, env, timeout):
     """Runs `args` in the root, with `env` as its whole environment; work and
     the bundle mounted. Returns CompletedProcess with text output."""
-    return subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", _ENTER, "sh", ROOT,
-         bundle, work, *args],
-        env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(enter_root_argv(args, bundle, work), env=env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def root_env(**extra):
