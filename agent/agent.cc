@@ -437,6 +437,13 @@ std::optional<absl::Time> Agent::Impl::NextDeadline() const {
 void Agent::Impl::Post(RdzvEvent event) {
   loop_->Post([this, event = std::move(event)]() mutable {
     if (const auto* pushed = std::get_if<rdzv_event::Pushed>(&event)) Observe(pushed->event);
+    if (const auto* beat = std::get_if<rdzv_event::HeartbeatAnswered>(&event)) {
+      if (std::optional<rdzv::RoundChanged> missed = state_.MissedRound(beat->round)) {
+        rdzv::WatchEvent seen;
+        *seen.mutable_round_changed() = *std::move(missed);
+        Observe(seen);
+      }
+    }
     Do(state_.OnRdzv(std::move(event), clock_.Now()));
   });
 }

@@ -427,6 +427,16 @@ void ElasticState::OnRoundChanged(const rdzv::RoundChanged& changed, absl::Time 
   }
 }
 
+std::optional<rdzv::RoundChanged> ElasticState::MissedRound(
+    const absl::StatusOr<int64_t>& answer) const {
+  if (!answer.ok() || *answer <= round_ || phase_ == AgentPhase::kJoining) return std::nullopt;
+  // A push was lost: the heartbeat answer says the job moved on.
+  rdzv::RoundChanged changed;
+  changed.set_new_round(*answer);
+  changed.set_detail("the job moved on (seen in a heartbeat)");
+  return changed;
+}
+
 void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time now,
                                Actions* out) {
   const absl::Status& status = answer.status();
@@ -453,12 +463,8 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
     heartbeat_failures_ = 0;
   }
   if (status.ok()) {
-    if (*answer > round_ && phase_ != AgentPhase::kJoining) {
-      // A push was lost: the heartbeat answer says the job moved on.
-      rdzv::RoundChanged changed;
-      changed.set_new_round(*answer);
-      changed.set_detail("the job moved on (seen in a heartbeat)");
-      OnRoundChanged(changed, now, out);
+    if (std::optional<rdzv::RoundChanged> missed = MissedRound(answer)) {
+      OnRoundChanged(*missed, now, out);
     }
     return;
   }

@@ -178,6 +178,10 @@ class ElasticState {
   // When OnTimer must next run; nullopt: no timer is set.
   std::optional<absl::Time> NextDeadline() const;
 
+  // The round a heartbeat answer says the job has moved on to, when this
+  // node missed its push; nullopt when the answer tells nothing new.
+  std::optional<rdzv::RoundChanged> MissedRound(const absl::StatusOr<int64_t>& answer) const;
+
   AgentPhase phase() const { return phase_; }
   bool done() const { return phase_ == AgentPhase::kExiting; }
   // True while the workers that run are being stopped (their exits are not

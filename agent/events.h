@@ -14,7 +14,8 @@
 //                  node's), using one of its restarts
 //   node_joined    the job moved to a new round for a node that joined
 //   node_lost      ... for a node that left or was lost
-//   round_changed  ... for a reason the rendezvous did not give
+//   round_changed  ... for a reason the rendezvous did not give, or seen
+//                  only in a heartbeat's answer (its push was lost)
 //   job_closed     the rendezvous closed the job (detail: why)
 //   agent_exited   this agent is about to exit (detail: its exit code, why)
 #ifndef MUSTER_AGENT_EVENTS_H_

@@ -9,6 +9,7 @@
 #include "common/process_env.h"
 #include "common/release_mode.h"
 #include "launcher/command_line.h"
+#include "launcher/completion.h"
 #include "launcher/run.h"
 
 namespace muster {
@@ -26,6 +27,10 @@ int Main(int argc, char** argv) {
   const ParsedCommandLine& parsed = command->parsed;
   if (parsed.help) {
     std::fputs(parsed.help->c_str(), stdout);
+    return kExitSuccess;
+  }
+  if (parsed.completion_shell) {
+    std::fputs(CompletionScript(*parsed.completion_shell, OptionSummaries()).c_str(), stdout);
     return kExitSuccess;
   }
   if (parsed.version) {

@@ -66,6 +66,7 @@ enum class Key {
   kSignalsToHandle,
   kVirtualLocalRank,
   kNumaBinding,
+  kPrintCompletion,
   kHelp,
   kVersion,
 };
@@ -215,6 +216,9 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "its NUMA node, its socket, a share of the node's cores\n"
      "no other worker gets, or the cores of one L3 cache",
      "2.9"},
+    {Key::kPrintCompletion, "--print-completion", "--print-completion,--print_completion", "",
+     "bash|zsh|tcsh", "", kOtherGroup, "print a completion script for this shell and exit",
+     "main (2026)"},
     {Key::kHelp, "--help", "-h,--help", "", "", "", kOtherGroup, "print this help and exit", ""},
     {Key::kVersion, "--version", "--version", "", "", "", kOtherGroup,
      "print muster's version and exit", ""},
@@ -1181,6 +1185,17 @@ absl::StatusOr<ParsedCommandLine> ParseOrThrow(const std::vector<std::string>& g
     parsed.help = app.help();
     return parsed;
   }
+  if (const CLI::Option* shell = options[static_cast<size_t>(Key::kPrintCompletion)];
+      shell->count() > 0) {
+    const std::string name = shell->results().back();
+    if (name != "bash" && name != "zsh" && name != "tcsh") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--print-completion '", name,
+                       "': muster writes completion scripts for bash, zsh and tcsh; give one"));
+    }
+    parsed.completion_shell = name;
+    return parsed;
+  }
   if (options[static_cast<size_t>(Key::kVersion)]->count() > 0) {
     parsed.version = true;
     return parsed;
@@ -1215,6 +1230,14 @@ absl::StatusOr<ParsedCommandLine> ParseOrThrow(const std::vector<std::string>& g
 }
 
 }  // namespace
+
+std::vector<OptionSummary> OptionSummaries() {
+  std::vector<OptionSummary> out;
+  for (const OptionSpec& spec : kSpecs) {
+    out.push_back({absl::StrSplit(spec.spellings, ','), std::string(spec.value_name)});
+  }
+  return out;
+}
 
 absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
                                                    const EnvLookup& env) {

@@ -19,12 +19,24 @@ struct ParsedCommandLine {
   LaunchConfig config;
   // Set for -h/--help: the text to print before exiting 0. Wins over every other option.
   std::optional<std::string> help;
-  // --version was given (and --help was not): print the version, exit 0.
+  // --print-completion SHELL was given (and --help was not): print
+  // CompletionScript(SHELL) (launcher/completion.h), exit 0.
+  std::optional<std::string> completion_shell;
+  // --version was given (and neither of the above): print the version, exit 0.
   bool version = false;
   // Things the user asked for that were overridden, one line each, no trailing newline
   // (e.g. --rdzv-endpoint given with --standalone). The caller prints them.
   std::vector<std::string> warnings;
 };
+
+// One option as a shell's completion sees it: every spelling ("-r",
+// "--redirects"), and the help's name for its value ("" for a flag;
+// "static|c10d|muster|etcd" where it is a choice).
+struct OptionSummary {
+  std::vector<std::string> spellings;
+  std::string value_name;
+};
+std::vector<OptionSummary> OptionSummaries();
 
 // Returns the value of the environment variable `name`, or nullopt when it is unset.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;

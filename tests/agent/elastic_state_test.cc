@@ -518,6 +518,12 @@ TEST_F(ElasticStateTest, ASecondStopSignalKillsTheWorkersAtOnce) {
 
 TEST_F(ElasticStateTest, AHeartbeatAnswerWithANewerRoundStandsInForALostPush) {
   ToRunning(2, 0);
+  EXPECT_EQ(state_.MissedRound(0), std::nullopt) << "the round this node runs";
+  EXPECT_EQ(state_.MissedRound(absl::UnavailableError("down")), std::nullopt);
+  std::optional<rdzv::RoundChanged> missed = state_.MissedRound(2);
+  ASSERT_TRUE(missed.has_value()) << "what the console events print for it";
+  EXPECT_EQ(missed->new_round(), 2);
+  EXPECT_EQ(missed->detail(), "the job moved on (seen in a heartbeat)");
   Actions actions = state_.OnRdzv(Beat(2), At(100));
   EXPECT_THAT(Names(actions), ElementsAre("Signal TERM"));
   EXPECT_THAT(Logs(actions),

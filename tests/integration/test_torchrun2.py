@@ -5,11 +5,14 @@ PyTorch's own test/distributed/launcher/test_run.py say which."""
 import glob
 import json
 import os
+import shlex
+import shutil
 import signal
 import socket
+import subprocess
 import unittest
 
-from harness import (TempDirTest, WORKERS, muster, pid_alive, read_env, read_file,
+from harness import (MUSTER, TempDirTest, WORKERS, muster, pid_alive, read_env, read_file,
                      reserve_port, wait_for)
 
 # test_run.py's bin/test_script.sh: says what it creates, then creates it.
@@ -251,6 +254,66 @@ class LogsSpecs(TempDirTest):
         result = muster("--standalone", "--logs_specs=DOESNOT_EXIST", "--no-python", "true")
         self.assertEqual(result.returncode, 2)
         self.assertIn("muster has one layout, torchrun's default", result.stderr)
+
+
+class PrintCompletion(TempDirTest):
+    """--print-completion SHELL: a completion script each shell loads."""
+
+    def bash_complete(self, *words):
+        """What bash offers for the last of `words` (muster's own script loaded)."""
+        script = muster("--print-completion", "bash").stdout
+        with open(self.path("muster.bash"), "w") as f:
+            f.write(script)
+        array = " ".join(shlex.quote(w) for w in ("muster", *words))
+        shell = (f"source {shlex.quote(self.path('muster.bash'))}; COMP_WORDS=({array}); "
+                 f"COMP_CWORD={len(words)}; _muster; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        result = subprocess.run(["bash", "--norc", "-c", shell], cwd=self.tmp, capture_output=True,
+                                text=True, timeout=30)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stderr, "")
+        return sorted(result.stdout.split())
+
+    def test_bash_completes_options_choices_and_the_scripts_files(self):
+        open(self.path("train.py"), "w").close()
+        os.mkdir(self.path("logs"))
+        self.assertEqual(self.bash_complete("--rdzv-b"), ["--rdzv-backend"])
+        self.assertEqual(self.bash_complete("--no-"), ["--no-python"])
+        self.assertEqual(self.bash_complete("--rdzv-backend", "c"), ["c10d"])
+        # --opt=value, which bash splits at the '='.
+        self.assertEqual(self.bash_complete("--rdzv_backend", "=", "e"), ["etcd"])
+        self.assertEqual(self.bash_complete("--numa-binding", ""),
+                         ["core-complex", "exclusive", "node", "socket"])
+        self.assertEqual(self.bash_complete("--log-dir", ""), ["logs"])
+        self.assertEqual(self.bash_complete("--nnodes", ""), [], "a value to type")
+        self.assertEqual(self.bash_complete("--nproc-per-node", "4", "tr"), ["train.py"])
+        # After the script every word is the script's: no options offered.
+        self.assertEqual(self.bash_complete("--standalone", "train.py", "--no"), [])
+        self.assertEqual(self.bash_complete("-r", "3", "train.py", "lo"), ["logs"])
+
+    @unittest.skipUnless(shutil.which("zsh"), "no zsh (scripts/setup installs it)")
+    def test_zsh_registers_it(self):
+        script = muster("--print-completion", "zsh").stdout
+        with open(self.path("muster.zsh"), "w") as f:
+            f.write(script)
+        result = subprocess.run(
+            ["zsh", "-f", "-c", f"source {shlex.quote(self.path('muster.zsh'))}; "
+             "print -r -- ${_comps[muster]}"], capture_output=True, text=True, timeout=30)
+        self.assertEqual((result.returncode, result.stderr), (0, ""))
+        self.assertIn("-F _muster", result.stdout)
+
+    @unittest.skipUnless(shutil.which("tcsh"), "no tcsh (scripts/setup installs it)")
+    def test_tcsh_loads_it_with_eval(self):
+        result = subprocess.run(
+            ["tcsh", "-f", "-c", f'eval "`{MUSTER} --print-completion tcsh`"; complete muster'],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual((result.returncode, result.stderr), (0, ""))
+        self.assertIn("'n/--rdzv-backend/(static c10d muster etcd)/'", result.stdout)
+        self.assertIn("'n/--log-dir/d/'", result.stdout)
+
+    def test_an_unknown_shell(self):
+        result = muster("--print-completion", "fish")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("bash, zsh and tcsh", result.stderr)
 
 
 class EventLogHandler(TempDirTest):

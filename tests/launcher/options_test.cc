@@ -920,6 +920,25 @@ TEST(ParseCommandLineTest, Version) {
   EXPECT_FALSE(as_script_arg->version);
 }
 
+TEST(ParseCommandLineTest, PrintCompletion) {
+  for (const char* shell : {"bash", "zsh", "tcsh"}) {
+    // As torchrun's: no script needed, and it ends the parse.
+    absl::StatusOr<ParsedCommandLine> parsed = Parse({"--print-completion", shell});
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->completion_shell, shell);
+  }
+  absl::StatusOr<ParsedCommandLine> spelled = Parse({"--print_completion=zsh", "--version"});
+  ASSERT_TRUE(spelled.ok()) << spelled.status();
+  EXPECT_EQ(spelled->completion_shell, "zsh");
+  EXPECT_FALSE(spelled->version);
+  absl::StatusOr<ParsedCommandLine> help = Parse({"--print-completion", "bash", "--help"});
+  ASSERT_TRUE(help.ok()) << help.status();
+  EXPECT_TRUE(help->help.has_value()) << "help wins";
+  EXPECT_THAT(Error({"--print-completion", "fish"}),
+              AllOf(HasSubstr("--print-completion 'fish'"), HasSubstr("bash, zsh and tcsh")));
+  EXPECT_THAT(Error({"--print-completion"}), HasSubstr("--print-completion needs a value"));
+}
+
 TEST(ParseCommandLineTest, OddInputsNeverThrow) {
   for (std::vector<std::string> args :
        std::vector<std::vector<std::string>>{{"-"},
