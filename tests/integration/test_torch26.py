@@ -9,7 +9,7 @@ import shutil
 import unittest
 
 import torch2
-from harness import DDP_TRAIN, HERE, WORKERS, TempDirTest
+from harness import DDP_TRAIN, HERE, WORKERS, TempDirTest, read_file
 
 # What the two launchers give workers differently, each with why; every
 # other variable either sets must be the same, or a per-run value checked
@@ -123,6 +123,35 @@ class Torch26(torch2.WithBundle, TempDirTest):
             self.assertEqual(result.returncode, 0, f"{launcher}: {result.stderr}")
             self.assertIn("[rank1]: creating 1", result.stdout, launcher)
             self.assertNotIn("creating 0", result.stdout, launcher)
+
+    def test_log_files_as_torchrun_26(self):
+        # --log-dir with --redirects 3 --tee 1: the same files under the run's
+        # directory, holding the same lines; the console shows stdout only,
+        # each line behind the launcher's prefix ([rank 0]: for muster,
+        # [default0]: for torchrun; TORCHRUN.md).
+        with open(self.path("both_streams.py"), "w") as f:
+            f.write('import os, sys\nr = os.environ["RANK"]\n'
+                    'print("out", r)\nprint("err", r, file=sys.stderr)\n')
+        files, console = {}, {}
+        for launcher in ("muster", "torchrun"):
+            logs = self.path(f"logs-{launcher}")
+            result = self.launch(launcher, "--standalone", "--nproc-per-node", "2", "--log-dir",
+                                 logs, "--redirects", "3", "--tee", "1",
+                                 self.path("both_streams.py"))
+            self.assertEqual(result.returncode, 0, f"{launcher}: {result.stderr}")
+            (run,) = os.listdir(logs)
+            run = os.path.join(logs, run)
+            files[launcher] = {os.path.relpath(os.path.join(d, name), run):
+                               read_file(os.path.join(d, name))
+                               for d, _, names in os.walk(run) for name in names}
+            console[launcher] = sorted(
+                re.fullmatch(r"\[(?:rank |default)(\d)\]: ?(.*)", line).groups()
+                for line in result.stdout.splitlines())
+            self.assertNotIn("err ", result.stderr, launcher)
+        self.assertEqual(files["muster"], files["torchrun"])
+        self.assertEqual(files["muster"]["attempt_0/1/stderr.log"], "err 1\n")
+        self.assertEqual(console["muster"], console["torchrun"])
+        self.assertEqual(console["muster"], [("0", "out 0"), ("1", "out 1")])
 
 
 if __name__ == "__main__":
