@@ -61,6 +61,10 @@ started again with the same DIR continues every job where it was, and its agents
 keep their workers running while it is away, carry on with no worker restarted. Run it
 as a service: examples/musterd.service.
 
+gRPC's health service (grpc.health.v1) answers on the same port with no credential:
+SERVING while musterd serves, NOT_SERVING from a stop signal on (see --drain). Check it
+with: musterctl health --endpoint THIS_HOST:PORT
+
 Agents connect with:
   muster --rdzv-backend c10d --rdzv-endpoint THIS_HOST:PORT --rdzv-id JOB --nnodes N ...
 With --token-file, every agent needs the same token: --rdzv-conf token_file=PATH (or
@@ -137,9 +141,9 @@ void UseTimestampedLogs() {
 }
 
 // A duration as a user writes it: "90s", "30m", "1h", "1h30m", or plain
-// seconds ("3600"); more than zero.
-absl::StatusOr<absl::Duration> ParsePositiveDuration(const std::string& flag,
-                                                     const std::string& text) {
+// seconds ("3600"); more than zero, or zero too when `zero_allowed`.
+absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag, const std::string& text,
+                                                 bool zero_allowed = false) {
   absl::Duration duration;
   double seconds = 0;
   if (absl::SimpleAtod(text, &seconds)) {
@@ -148,6 +152,7 @@ absl::StatusOr<absl::Duration> ParsePositiveDuration(const std::string& flag,
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " ", text, ": give a duration such as 90s, 30m or 1h (or seconds)"));
   }
+  if (zero_allowed && duration == absl::ZeroDuration()) return duration;
   if (duration <= absl::ZeroDuration() || duration == absl::InfiniteDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " ", text, ": give a duration above zero, such as 30m or 1h"));
@@ -233,6 +238,13 @@ int Main(int argc, char** argv) {
                  "forgotten first")
       ->type_name("N")
       ->capture_default_str();
+  std::string drain_text = "0s";
+  app.add_option("--drain", drain_text,
+                 "on SIGTERM or SIGINT, keep serving this long while gRPC's health service "
+                 "(grpc.health.v1, same port) says NOT_SERVING, so a load balancer or a "
+                 "Kubernetes probe sees the stop coming; a second signal ends it at once")
+      ->type_name("DURATION")
+      ->capture_default_str();
   app.set_version_flag("--version", std::string("musterd ") + MUSTER_VERSION);
   app.footer(kFooter);
   try {
@@ -251,15 +263,17 @@ int Main(int argc, char** argv) {
     return Error(kExitUsage, absl::StrCat("--port ", port_text, ": give a port number 0..65535"));
   }
   absl::StatusOr<absl::Duration> max_join_timeout =
-      ParsePositiveDuration("--max-join-timeout", max_join_timeout_text);
+      ParseDurationFlag("--max-join-timeout", max_join_timeout_text);
   if (!max_join_timeout.ok()) return Error(kExitUsage, max_join_timeout.status().message());
   options.hub.state.max_join_timeout = *max_join_timeout;
   absl::StatusOr<absl::Duration> ping_interval =
-      ParsePositiveDuration("--ping-interval", ping_interval_text);
+      ParseDurationFlag("--ping-interval", ping_interval_text);
   if (!ping_interval.ok()) return Error(kExitUsage, ping_interval.status().message());
   absl::StatusOr<absl::Duration> ping_timeout =
-      ParsePositiveDuration("--ping-timeout", ping_timeout_text);
+      ParseDurationFlag("--ping-timeout", ping_timeout_text);
   if (!ping_timeout.ok()) return Error(kExitUsage, ping_timeout.status().message());
+  absl::StatusOr<absl::Duration> drain = ParseDurationFlag("--drain", drain_text, true);
+  if (!drain.ok()) return Error(kExitUsage, drain.status().message());
   options.ping_interval = *ping_interval;
   options.ping_timeout = *ping_timeout;
   if (max_jobs < 1) {
@@ -408,6 +422,7 @@ int Main(int argc, char** argv) {
     Logger("musterd")->info("tls: on (client certificates {}), certificate {}",
                             tls.cacert.empty() ? "not required" : "required", tls.cert);
   }
+  Logger("musterd")->info("health: grpc.health.v1 on the same port, no credential needed: SERVING");
   // Last: whoever waits for this line (a script, the tests) has the ones above.
   std::printf("musterd: serving rendezvous on %s\n",
               FormatEndpoint(listen, (*server)->port()).c_str());
@@ -417,6 +432,22 @@ int Main(int argc, char** argv) {
   if (int rc = sigwait(&stop_signals, &signal_number); rc != 0) {
     Logger("musterd")->error("sigwait: {}; shutting down", std::strerror(rc));
     signal_number = SIGTERM;
+  }
+  if (*drain > absl::ZeroDuration() && !journal_failed) {
+    (*server)->SetServing(false);
+    Logger("musterd")->info(
+        "SIG{}: draining for {}: health says NOT_SERVING, everything else is served as before "
+        "(a second signal stops at once)",
+        sigabbrev_np(signal_number), absl::FormatDuration(*drain));
+    const absl::Time until = absl::Now() + *drain;
+    while (true) {
+      const timespec wait = absl::ToTimespec(std::max(until - absl::Now(), absl::ZeroDuration()));
+      if (int again = sigtimedwait(&stop_signals, nullptr, &wait); again > 0) {
+        signal_number = again;  // a second stop signal, or the journal's failure
+        break;
+      }
+      if (errno != EINTR) break;  // EAGAIN: the drain is over
+    }
   }
   const bool kept = options.hub.journal != nullptr;
   if (journal_failed) {

@@ -354,6 +354,18 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
+grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context,
+                                               const grpc::health::v1::HealthCheckRequest* request,
+                                               grpc::health::v1::HealthCheckResponse* response) {
+  if (!request->service().empty() && request->service() != Rendezvous::service_full_name()) {
+    return FinishNow(context, absl::NotFoundError("unknown service"));
+  }
+  response->set_status(serving_.load(std::memory_order_relaxed)
+                           ? grpc::health::v1::HealthCheckResponse::SERVING
+                           : grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  return FinishNow(context, absl::OkStatus());
+}
+
 void RendezvousService::LogRefusal(absl::string_view kind, const std::string& line) {
   static const auto logger = Logger("rdzv");
   LogLimiter::Verdict verdict;
@@ -569,6 +581,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   const std::string address = FormatEndpoint(host, port);
   builder.AddListeningPort(address, credentials, &server->port_);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(&server->health_);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     server->hub_->Shutdown();

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/callback_ticker.h"
 #include "rendezvous/hub.h"
@@ -175,6 +177,23 @@ struct ServerOptions {
 };
 
 // A gRPC server hosting one RendezvousService.
+// gRPC's health checking protocol (grpc.health.v1), Check only: "" (the
+// server) and "muster.rdzv.Rendezvous" are known, anything else is
+// NOT_FOUND. No credential is asked (a load balancer's or Kubernetes' probe
+// has none) and nothing is told but whether the server serves. Watch is
+// left unimplemented: its streams would be held open by anyone, unbounded
+// (gRPC's built-in service implements it), and probes only Check.
+class HealthService final : public grpc::health::v1::Health::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
+                                  const grpc::health::v1::HealthCheckRequest* request,
+                                  grpc::health::v1::HealthCheckResponse* response) override;
+  void SetServing(bool serving) { serving_.store(serving, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> serving_{true};
+};
+
 class RendezvousServer {
  public:
   // Listens on host:port; port 0 picks a free port. kAlreadyExists when the
@@ -188,6 +207,10 @@ class RendezvousServer {
   // The hub behind the service: an agent in the same process talks to it
   // directly (see local_client.h) rather than through loopback gRPC.
   const std::shared_ptr<RendezvousHub>& hub() const { return hub_; }
+  // What the health service (HealthService, on the same port) answers:
+  // SERVING from Start on, NOT_SERVING after SetServing(false), e.g. while
+  // musterd drains.
+  void SetServing(bool serving) { health_.SetServing(serving); }
   // Stops accepting calls and ends the ones in flight within `grace`;
   // pending joins and watches are told what becomes of their jobs (see
   // RendezvousHub::Jobs).
@@ -201,6 +224,7 @@ class RendezvousServer {
   std::shared_ptr<CallbackTicker> ticker_;
   std::shared_ptr<RendezvousHub> hub_;
   std::unique_ptr<RendezvousService> service_;
+  HealthService health_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

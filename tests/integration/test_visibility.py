@@ -1,0 +1,93 @@
+"""Seeing a job and its rendezvous from outside (issue 15): musterctl
+against a real musterd and real agents on loopback."""
+import os
+import signal
+import time
+
+from harness import ROOT, reserve_port, run, wait_for
+from test_musterd import MUSTERD
+from test_trust import TrustTest
+
+MUSTERCTL = os.environ.get("MUSTERCTL", os.path.join(ROOT, "build", "ctl", "musterctl"))
+
+
+class Health(TrustTest):
+    """gRPC's health service (grpc.health.v1) on musterd's port, asked with
+    musterctl health: SERVING while it serves, NOT_SERVING while it drains."""
+
+    def health(self, port, *extra):
+        return run([MUSTERCTL, "health", "--endpoint", f"127.0.0.1:{port}", "--timeout", "5",
+                    *extra], timeout=30)
+
+    def test_serving_then_not_serving_while_it_drains(self):
+        token = self.token_file()
+        musterd, port = self.start_musterd("--drain", "30", "--token-file", token)
+        self.assertIn("health: grpc.health.v1", self.read("musterd.err"))
+        # No credential: a load balancer's or Kubernetes' probe has none.
+        result = self.health(port)
+        self.assertEqual((result.returncode, result.stdout), (0, f"127.0.0.1:{port}: SERVING\n"),
+                         result.stderr)
+
+        musterd.send_signal(signal.SIGTERM)
+        draining = lambda: "draining for 30s" in self.read("musterd.err")
+        self.assertTrue(wait_for(draining, 15), self.read("musterd.err"))
+        result = self.health(port)
+        self.assertEqual((result.returncode, result.stdout),
+                         (1, f"127.0.0.1:{port}: NOT_SERVING\n"), result.stderr)
+        # Everything else is served as before: a whole job runs during the drain.
+        outdir = self.path("during")
+        agents = [self.start_agent(f"a{n}", port, "drained", "2", outdir, "--rdzv-conf",
+                                   "is_host=0", MUSTER_TOKEN_FILE=token) for n in range(2)]
+        for n, agent in enumerate(agents):
+            code, err = self.finish(agent, f"a{n}")
+            self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(os.listdir(outdir)), ["env.0", "env.1"])
+
+        # A second signal ends the drain at once.
+        started = time.monotonic()
+        musterd.send_signal(signal.SIGTERM)
+        code, log = self.finish(musterd, "musterd", timeout=15)
+        self.assertEqual(code, 0, log)
+        self.assertLess(time.monotonic() - started, 10, log)
+        result = self.health(port)
+        self.assertEqual(result.returncode, 1, result.stdout)
+        self.assertIn(f"cannot ask 127.0.0.1:{port}", result.stderr)
+
+    def test_without_drain_a_stop_is_at_once(self):
+        musterd, port = self.start_musterd()
+        self.assertEqual(self.health(port).returncode, 0)
+        started = time.monotonic()
+        musterd.send_signal(signal.SIGTERM)
+        code, log = self.finish(musterd, "musterd", timeout=15)
+        self.assertEqual(code, 0, log)
+        self.assertLess(time.monotonic() - started, 5, log)
+        self.assertNotIn("draining", log)
+
+    def test_what_cannot_be_asked(self):
+        _, port = self.start_musterd()
+        result = self.health(port, "--service", "muster.rdzv.Rendezvous")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("service muster.rdzv.Rendezvous: SERVING", result.stdout)
+        result = self.health(port, "--service", "nope")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("knows no service 'nope'", result.stderr)
+        closed = reserve_port()  # bound, never listening: refused
+        result = self.health(closed)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("not reachable", result.stderr)
+        for args in ([], ["health"], ["health", "--endpoint", "a:b:c"],
+                     ["health", "--endpoint", f"127.0.0.1:{port}", "--timeout", "0"],
+                     ["health", "--endpoint", f"127.0.0.1:{port}", "--cert", "c.pem"],
+                     ["bogus"]):
+            with self.subTest(args=args):
+                result = run([MUSTERCTL, *args], timeout=30)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertRegex(result.stderr, r"^musterctl: error: .+\n$")
+        result = run([MUSTERCTL, "--help"], timeout=30)
+        self.assertEqual(result.returncode, 0)
+        self.assertIn("health", result.stdout)
+
+    def test_a_bad_drain_is_a_usage_error(self):
+        result = run([MUSTERD, "--drain", "soon"], timeout=10)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--drain soon", result.stderr)
