@@ -8,7 +8,9 @@ Each launcher runs the whole table under each PyTorch: muster and torchrun
 1.13 on this host (Debian's torch), muster and torchrun 2.6 in the PyTorch
 2.6 root (torch2.py). muster must pass every case under both. A torchrun
 must pass every case but those its release lacks, listed with why in
-TORCHRUN_FAILS; those must fail, so the list stays true.
+TORCHRUN_FAILS; those must fail, so the list stays true. The torchrun
+classes test Debian's torch, not muster: labelled "reference", they are
+left out of scripts/test (`ctest -L reference` runs them).
 
 Not translated, because they only show inside torchrun's Python:
 test_launch_elastic_agent_raise_exception (a mocked agent.run),
