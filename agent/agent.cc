@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -198,6 +200,7 @@ class Agent::Impl {
   // What Emit told already.
   int64_t last_round_told_ = -1;
   bool closed_told_ = false;
+  bool event_log_failed_ = false;  // said once
 
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<WorkerGroup> workers_;
@@ -462,15 +465,25 @@ void Agent::Impl::Observe(const rdzv::WatchEvent& event) {
 }
 
 void Agent::Impl::Emit(std::string kind, int64_t round, std::string detail) {
-  if (!config_.console_events) return;
+  if (!config_.console_events && !options_.event_log.valid()) return;
   const std::string line = EventJsonLine(AgentEvent{.time = clock_.Now(),
                                                     .job = config_.rdzv_id,
                                                     .round = round,
                                                     .node = node_id_,
                                                     .kind = std::move(kind),
                                                     .detail = std::move(detail)});
-  ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
-  (void)ignored;
+  if (config_.console_events) {
+    ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
+  }
+  // One write per line: O_APPEND keeps lines whole with other writers.
+  if (options_.event_log.valid() && !event_log_failed_ &&
+      write(options_.event_log.get(), line.data(), line.size()) !=
+          static_cast<ssize_t>(line.size())) {
+    event_log_failed_ = true;
+    logger_->warn("event_log {}: cannot write ({}); no more events go there",
+                  config_.rdzv_conf.event_log, std::strerror(errno));
+  }
 }
 
 void Agent::Impl::Do(Actions actions) {

@@ -17,6 +17,7 @@
 #include "agent/exit_codes.h"
 #include "agent/process_runner.h"
 #include "common/clock.h"
+#include "common/unique_handle.h"
 #include "rendezvous/client.h"
 
 namespace muster {
@@ -34,6 +35,9 @@ struct AgentOptions {
   bool static_ranks = false;
   // KEY=VALUE: the environment each worker's starts from (the agent's own, in muster).
   std::vector<std::string> base_env;
+  // Where the events go besides the console (config.rdzv_conf.event_log,
+  // opened for appending by the launcher); invalid: nowhere.
+  UniqueFd event_log;
 };
 
 // The signals an agent with `config` handles. Block them in every thread

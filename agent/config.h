@@ -68,6 +68,9 @@ struct RdzvConf {
   RdzvAuth auth = RdzvAuth::kAuto;
   // munge_socket=PATH: munged's socket; empty: libmunge's default.
   std::string munge_socket;
+  // event_log=PATH: the agent's events (agent/events.h) appended to PATH,
+  // one JSON object a line, each written as it happens. Empty: none.
+  std::string event_log;
   // The etcd backend: etcd's user and password (user=, password=), and
   // protocol=http|https (unset: as the endpoints say; https needs cacert).
   std::string etcd_user;

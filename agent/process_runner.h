@@ -32,8 +32,8 @@ struct SpawnOptions {
   // Bound before exec, best effort (--numa-binding): the CPUs the child may
   // run on, and the NUMA nodes its memory is preferred from. Empty: as the
   // agent's.
-  std::vector<int> cpus;
-  std::vector<int> memory_nodes;
+  std::vector<int> cpus{};  // {}: left out of a braced SpawnOptions without a warning
+  std::vector<int> memory_nodes{};
 };
 
 // A started worker: the leader of its own process group.

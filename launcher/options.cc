@@ -99,7 +99,8 @@ constexpr absl::string_view kRdzvConfKeys =
     "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
     "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
     "timeout (static and etcd backends: their join timeout), store_type (tcp), "
-    "token_file, cacert, cert, key, munge_socket (paths), auth (none/token/munge); etcd: user, "
+    "token_file, cacert, cert, key, munge_socket, event_log (paths), auth (none/token/munge); "
+    "etcd: user, "
     "password, protocol (http/https), ca_cert, ssl_cert, ssl_cert_key";
 
 constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
@@ -137,6 +138,7 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "auth=none|token|munge (default: token with a token file,\n"
      "else munge inside Slurm where munged runs, else none);\n"
      "munge_socket=PATH (default /run/munge/munge.socket.2);\n"
+     "event_log=PATH: the agent's events appended, one JSON object a line;\n"
      "etcd: user=NAME,password=TEXT (etcd's own auth), protocol=http|https,\n"
      "and torchrun's etcd-v2 names ca_cert, ssl_cert, ssl_cert_key",
      "1.10"},
@@ -550,6 +552,8 @@ absl::Status ApplyRdzvConf(const Given& given, bool timeout_is_join, RdzvConf& c
       }
     } else if (key == "munge_socket") {
       conf.munge_socket = std::string(value);
+    } else if (key == "event_log") {
+      conf.event_log = std::string(value);  // opened when the launch starts
     } else if (key == "timeout") {
       // c10d (and etcd-v2) read it not at all, nor does muster's c10d.
       if (!timeout_is_join) continue;

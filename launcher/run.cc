@@ -1,11 +1,14 @@
 #include "launcher/run.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -345,6 +348,18 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   if (!program.ok()) return program.status();
   config.no_python = program->no_python;
 
+  UniqueFd event_log;
+  if (!config.rdzv_conf.event_log.empty()) {
+    // Mode 600: the events name the job, its hosts and its failures.
+    event_log = UniqueFd(
+        open(config.rdzv_conf.event_log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
+    if (!event_log.valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rdzv-conf event_log=", config.rdzv_conf.event_log, ": cannot open (",
+                       std::strerror(errno), "); give a file in a directory you can write"));
+    }
+  }
+
   const bool static_backend = config.rdzv_backend == RdzvBackend::kStatic && !config.standalone;
   if (static_backend && config.min_nodes != config.max_nodes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -395,6 +410,7 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   options.hosts_rendezvous = rendezvous->hub != nullptr;
   options.static_ranks = static_backend;
   options.base_env = EnvironmentEntries();
+  options.event_log = std::move(event_log);
   absl::StatusOr<int> code = kExitWorkersFailed;
   {
     Agent agent(std::move(options), std::move(rendezvous->client));

@@ -1,10 +1,12 @@
 """Seeing a job and its rendezvous from outside (issue 15): musterctl
 against a real musterd and real agents on loopback."""
+import json
 import os
 import signal
+import stat
 import time
 
-from harness import ROOT, reserve_port, run, wait_for
+from harness import ROOT, TempDirTest, muster, read_file, reserve_port, run, wait_for
 from test_musterd import MUSTERD
 from test_trust import TrustTest
 
@@ -91,3 +93,47 @@ class Health(TrustTest):
         result = run([MUSTERD, "--drain", "soon"], timeout=10)
         self.assertEqual(result.returncode, 2)
         self.assertIn("--drain soon", result.stderr)
+
+
+class EventLog(TempDirTest):
+    """--rdzv-conf event_log=FILE: the agent's events appended to FILE, one
+    JSON object a line: the same events --event-log-handler console prints."""
+
+    FAILS_ONCE = '[ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || [ "$RANK" = 1 ] || exit 3'
+
+    def test_the_console_events_appended_to_the_file(self):
+        log = self.path("events.jsonl")
+        result = muster("--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                        "--event-log-handler", "console", "--rdzv-conf", f"event_log={log}",
+                        "--no-python", "sh", "-c", self.FAILS_ONCE)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        console = [json.loads(line) for line in result.stderr.splitlines()
+                   if line.startswith("{")]
+        written = [json.loads(line) for line in read_file(log).splitlines()]
+        self.assertEqual(written, console)
+        self.assertEqual([e["kind"] for e in written],
+                         ["round_started", "worker_failed", "job_restarting", "round_started",
+                          "job_closed", "agent_exited"])
+        for event in written:
+            self.assertEqual(sorted(event), ["detail", "job", "kind", "node", "round", "time"])
+        self.assertEqual(stat.S_IMODE(os.stat(log).st_mode), 0o600)
+
+        # Appended: a second job's events follow the first's, and without
+        # the console handler nothing is printed, but the file still gets them.
+        result = muster("--standalone", "--rdzv-conf", f"event_log={log}", "--no-python", "true")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("{", result.stderr)
+        lines = read_file(log).splitlines()
+        self.assertEqual(len(lines), len(written) + 3)
+        second = [json.loads(line) for line in lines[len(written):]]
+        self.assertEqual([e["kind"] for e in second], ["round_started", "job_closed",
+                                                       "agent_exited"])
+        self.assertNotEqual(second[0]["job"], written[0]["job"])
+
+    def test_a_file_that_cannot_be_opened(self):
+        result = muster("--standalone", "--rdzv-conf",
+                        f"event_log={self.path('no/such/dir/events.jsonl')}", "--no-python",
+                        "true")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("event_log=", result.stderr)
+        self.assertIn("cannot open", result.stderr)

@@ -627,6 +627,13 @@ TEST(ParseCommandLineTest, RdzvConfAuthAndMungeSocket) {
               HasSubstr("auth needs none, token or munge, not kerberos"));
 }
 
+TEST(ParseCommandLineTest, RdzvConfEventLog) {
+  EXPECT_EQ(Config({"t.py"}).rdzv_conf.event_log, "");
+  EXPECT_EQ(Config({"--rdzv-conf", "event_log=/var/log/job.jsonl", "t.py"}).rdzv_conf.event_log,
+            "/var/log/job.jsonl");
+  EXPECT_THAT(Error({"--rdzv-conf", "event_log=", "t.py"}), HasSubstr("event_log"));
+}
+
 TEST(ParseCommandLineTest, RdzvConfErrorsNameTheKeyAndListTheKeys) {
   struct Case {
     std::string conf;
