@@ -44,36 +44,52 @@ std::string BashFunction(const std::vector<OptionSummary>& options) {
     if (option.value_name.empty()) continue;
     const std::string pattern = absl::StrJoin(option.spellings, "|");
     if (TakesDirectory(option)) {
-      absl::StrAppend(&value_cases, "    ", pattern,
-                      ") COMPREPLY=($(compgen -d -- \"$cur\")); return ;;\n");
+      absl::StrAppend(&value_cases, "    ", pattern, ") _muster_reply -d -- \"$cur\"; return ;;\n");
     } else if (std::vector<std::string> choices = CompletionChoices(option.value_name);
                !choices.empty()) {
-      absl::StrAppend(&value_cases, "    ", pattern, ") COMPREPLY=($(compgen -W \"",
-                      absl::StrJoin(choices, " "), "\" -- \"$cur\")); return ;;\n");
+      absl::StrAppend(&value_cases, "    ", pattern, ") _muster_reply -W \"",
+                      absl::StrJoin(choices, " "), "\" -- \"$cur\"; return ;;\n");
     }
   }
   return absl::StrCat(
+      "# COMPREPLY from compgen's lines: no word splitting, no globbing.\n"
+      "_muster_reply() {\n"
+      "  local line\n"
+      "  COMPREPLY=()\n"
+      "  while IFS= read -r line; do COMPREPLY+=(\"$line\"); done < <(compgen \"$@\")\n"
+      "}\n"
       "_muster() {\n"
-      "  local cur=${COMP_WORDS[COMP_CWORD]} prev= i word\n"
-      "  (( COMP_CWORD > 0 )) && prev=${COMP_WORDS[COMP_CWORD-1]}\n"
-      "  # bash splits --opt=value at the '=' (COMP_WORDBREAKS): --opt, =, value.\n"
-      "  if [[ $cur == = ]]; then\n"
-      "    cur=\n"
-      "  elif [[ $prev == = ]] && (( COMP_CWORD > 1 )); then\n"
-      "    prev=${COMP_WORDS[COMP_CWORD-2]}\n"
+      "  # bash splits words at ':' and '=' (COMP_WORDBREAKS): glue them back\n"
+      "  # (--nnodes 1:2 is two words, --rdzv-conf k=v two, --opt=v one).\n"
+      "  local words=() cword=0 j w n\n"
+      "  for ((j = 0; j < ${#COMP_WORDS[@]}; j++)); do\n"
+      "    w=${COMP_WORDS[j]}\n"
+      "    n=${#words[@]}\n"
+      "    if ((n > 0)) && [[ $w == [:=] || ${COMP_WORDS[j-1]} == [:=] ]]; then\n"
+      "      words[n-1]+=$w\n"
+      "    else\n"
+      "      words+=(\"$w\")\n"
+      "    fi\n"
+      "    ((j == COMP_CWORD)) && cword=$((${#words[@]} - 1))\n"
+      "  done\n"
+      "  # What readline replaces: the text after the last ':' or '='.\n"
+      "  local cur=${COMP_WORDS[COMP_CWORD]} prev= i\n"
+      "  [[ $cur == [:=] ]] && cur=\n"
+      "  if [[ ${words[cword]} == -*=* ]]; then\n"
+      "    prev=${words[cword]%%=*}\n"
+      "  elif ((cword > 0)); then\n"
+      "    prev=${words[cword-1]}\n"
       "  fi\n"
       "  # Options end at the script; the words after it are the script's: files.\n"
-      "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
-      "    word=${COMP_WORDS[i]}\n"
-      "    case $word in\n"
+      "  for ((i = 1; i < cword; i++)); do\n"
+      "    case ${words[i]} in\n"
       "    -*=*) ;;\n"
       "    ",
       value_options,
-      ")\n"
-      "      if [[ ${COMP_WORDS[i+1]} == = ]]; then ((i += 2)); else ((i++)); fi ;;\n"
-      "    --) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+      ") ((i++)) ;;\n"
+      "    --) _muster_reply -f -- \"$cur\"; return ;;\n"
       "    -*) ;;\n"
-      "    *) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+      "    *) _muster_reply -f -- \"$cur\"; return ;;\n"
       "    esac\n"
       "  done\n"
       "  case $prev in\n",
@@ -81,11 +97,11 @@ std::string BashFunction(const std::vector<OptionSummary>& options) {
       ") return ;;  # a value to type\n"
       "  esac\n"
       "  if [[ $cur == -* ]]; then\n"
-      "    COMPREPLY=($(compgen -W \"",
+      "    _muster_reply -W \"",
       AllSpellings(options),
-      "\" -- \"$cur\"))\n"
+      "\" -- \"$cur\"\n"
       "  else\n"
-      "    COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+      "    _muster_reply -f -- \"$cur\"\n"
       "  fi\n"
       "}\n"
       "complete -o filenames -F _muster muster\n");

@@ -261,6 +261,10 @@ class PrintCompletion(TempDirTest):
 
     def bash_complete(self, *words):
         """What bash offers for the last of `words` (muster's own script loaded)."""
+        return sorted(self.bash_complete_lines(*words))
+
+    def bash_complete_lines(self, *words):
+        """bash_complete's candidates, one a line, as bash holds them."""
         script = muster("--print-completion", "bash").stdout
         with open(self.path("muster.bash"), "w") as f:
             f.write(script)
@@ -271,7 +275,8 @@ class PrintCompletion(TempDirTest):
                                 text=True, timeout=30)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stderr, "")
-        return sorted(result.stdout.split())
+        # printf prints one empty line for no candidates.
+        return [line for line in result.stdout.splitlines() if line]
 
     def test_bash_completes_options_choices_and_the_scripts_files(self):
         open(self.path("train.py"), "w").close()
@@ -289,6 +294,20 @@ class PrintCompletion(TempDirTest):
         # After the script every word is the script's: no options offered.
         self.assertEqual(self.bash_complete("--standalone", "train.py", "--no"), [])
         self.assertEqual(self.bash_complete("-r", "3", "train.py", "lo"), ["logs"])
+        # Values bash splits at ':' and '=' are still one value.
+        self.assertEqual(self.bash_complete("--nnodes", "1", ":", "2", "--rdzv-b"),
+                         ["--rdzv-backend"])
+        self.assertEqual(self.bash_complete("--rdzv-conf", "join_timeout", "=", "5", "--no-"),
+                         ["--no-python"])
+        self.assertEqual(self.bash_complete("--rdzv-endpoint", "=", "node1", ":", "29400", "tr"),
+                         ["train.py"])
+
+    def test_bash_keeps_a_file_name_whole(self):
+        open(self.path("my data.py"), "w").close()
+        open(self.path("[ab].py"), "w").close()
+        open(self.path("a.py"), "w").close()
+        self.assertEqual(self.bash_complete_lines("my"), ["my data.py"])
+        self.assertEqual(self.bash_complete_lines("["), ["[ab].py"])
 
     @unittest.skipUnless(shutil.which("zsh"), "no zsh (scripts/setup installs it)")
     def test_zsh_registers_it(self):

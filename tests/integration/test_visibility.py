@@ -23,7 +23,7 @@ class Health(TrustTest):
 
     def test_serving_then_not_serving_while_it_drains(self):
         token = self.token_file()
-        musterd, port = self.start_musterd("--drain", "30", "--token-file", token)
+        musterd, port = self.start_musterd("--drain", "600", "--token-file", token)
         self.assertIn("health: grpc.health.v1", self.read("musterd.err"))
         # No credential: a load balancer's or Kubernetes' probe has none.
         result = self.health(port)
@@ -31,7 +31,7 @@ class Health(TrustTest):
                          result.stderr)
 
         musterd.send_signal(signal.SIGTERM)
-        draining = lambda: "draining for 30s" in self.read("musterd.err")
+        draining = lambda: "draining for 10m" in self.read("musterd.err")
         self.assertTrue(wait_for(draining, 15), self.read("musterd.err"))
         result = self.health(port)
         self.assertEqual((result.returncode, result.stdout),
@@ -46,6 +46,7 @@ class Health(TrustTest):
         self.assertEqual(sorted(os.listdir(outdir)), ["env.0", "env.1"])
 
         # A second signal ends the drain at once.
+        self.assertIsNone(musterd.poll(), self.read("musterd.err"))
         started = time.monotonic()
         musterd.send_signal(signal.SIGTERM)
         code, log = self.finish(musterd, "musterd", timeout=15)
@@ -137,3 +138,22 @@ class EventLog(TempDirTest):
         self.assertEqual(result.returncode, 2)
         self.assertIn("event_log=", result.stderr)
         self.assertIn("cannot open", result.stderr)
+        # Not through a link someone else may have left where the log goes.
+        os.symlink(self.path("elsewhere"), self.path("link.jsonl"))
+        result = muster("--standalone", "--rdzv-conf", f"event_log={self.path('link.jsonl')}",
+                        "--no-python", "true")
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertFalse(os.path.exists(self.path("elsewhere")))
+        os.mkfifo(self.path("fifo"))
+        result = muster("--standalone", "--rdzv-conf", f"event_log={self.path('fifo')}",
+                        "--no-python", "true", timeout=30)
+        self.assertEqual(result.returncode, 2, result.stderr)
+
+    def test_a_file_others_can_read_is_warned_about(self):
+        log = self.path("open.jsonl")
+        open(log, "w").close()
+        os.chmod(log, 0o644)
+        result = muster("--standalone", "--rdzv-conf", f"event_log={log}", "--no-python", "true")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("can be read by others (mode 644)", result.stderr)
+        self.assertEqual(len(read_file(log).splitlines()), 3)

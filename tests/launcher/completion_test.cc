@@ -44,7 +44,7 @@ TEST(CompletionTest, EveryOptionAndChoiceIsInEachShellsScript) {
   }
   EXPECT_THAT(CompletionScript("bash", options),
               AllOf(HasSubstr("complete -o filenames -F _muster muster"),
-                    HasSubstr("--log-dir|--log_dir) COMPREPLY=($(compgen -d")));
+                    HasSubstr("--log-dir|--log_dir) _muster_reply -d")));
   EXPECT_THAT(CompletionScript("zsh", options), HasSubstr("bashcompinit"));
   const std::string tcsh = CompletionScript("tcsh", options);
   EXPECT_EQ(tcsh.find('\n'), tcsh.size() - 1) << "one line: tcsh's eval joins lines";
