@@ -476,7 +476,8 @@ void Agent::Impl::Emit(std::string kind, int64_t round, std::string detail) {
     ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
     (void)ignored;
   }
-  // One write per line: O_APPEND keeps lines whole with other writers.
+  // One write per line: on a local file system O_APPEND keeps lines whole
+  // when other agents write the same file.
   if (options_.event_log.valid() && !event_log_failed_ &&
       write(options_.event_log.get(), line.data(), line.size()) !=
           static_cast<ssize_t>(line.size())) {

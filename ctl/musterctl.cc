@@ -18,6 +18,7 @@
 #include "common/endpoint.h"
 #include "common/release_mode.h"
 #include "proto/health.grpc.pb.h"
+#include "rendezvous/protocol.h"
 #include "rendezvous/tls.h"
 #include "rendezvous/tls_files.h"
 
@@ -27,7 +28,6 @@ namespace {
 constexpr int kExitYes = 0;
 constexpr int kExitNo = 1;
 constexpr int kExitUsage = 2;
-constexpr int kDefaultPort = 29400;
 
 int Usage(absl::string_view message) {
   std::fprintf(stderr, "musterctl: error: %.*s\n", static_cast<int>(message.size()),
@@ -74,7 +74,8 @@ struct Connection {
 
 // The channel to the target, or a usage error's message.
 absl::StatusOr<Connection> Connect(const Target& target) {
-  absl::StatusOr<Endpoint> endpoint = ParseEndpoint(target.endpoint, kDefaultPort, "--endpoint");
+  absl::StatusOr<Endpoint> endpoint =
+      ParseEndpoint(target.endpoint, rdzv::kDefaultRdzvPort, "--endpoint");
   if (!endpoint.ok()) return endpoint.status();
   double seconds = 0;
   if (!absl::SimpleAtod(target.timeout, &seconds) || !(seconds > 0) || seconds > 3600) {

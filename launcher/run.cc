@@ -36,6 +36,7 @@
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/local_client.h"
 #include "rendezvous/munge_credential.h"
+#include "rendezvous/protocol.h"
 #include "rendezvous/service.h"
 #include "rendezvous/state.h"
 #include "rendezvous/tls.h"
@@ -43,8 +44,6 @@
 
 namespace muster {
 namespace {
-
-constexpr int kDefaultRdzvPort = 29400;
 
 // Every check before the start is a usage error, whatever its own code.
 absl::Status Usage(const absl::Status& status) {
@@ -170,7 +169,7 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
         "rendezvous");
   }
   absl::StatusOr<Endpoint> endpoint =
-      ParseEndpoint(config.rdzv_endpoint, kDefaultRdzvPort, "--rdzv-endpoint");
+      ParseEndpoint(config.rdzv_endpoint, rdzv::kDefaultRdzvPort, "--rdzv-endpoint");
   if (!endpoint.ok()) return endpoint.status();
   const std::string dial_host = NumericLoopback(endpoint->host);
   const HostingFacts facts{endpoint->host, HostName(), config.local_addr, config.rdzv_conf.is_host};

@@ -32,6 +32,7 @@
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/journal.h"
 #include "rendezvous/munge_credential.h"
+#include "rendezvous/protocol.h"
 #include "rendezvous/service.h"
 #include "rendezvous/tls.h"
 #include "rendezvous/token.h"
@@ -42,7 +43,6 @@ namespace {
 constexpr int kExitSuccess = 0;
 constexpr int kExitCannotServe = 1;
 constexpr int kExitUsage = 2;
-constexpr int kDefaultPort = 29400;
 // Pending joins and watches are told at once that the server is going away;
 // this only bounds calls that arrive during the shutdown.
 constexpr absl::Duration kShutdownGrace = absl::Milliseconds(500);
@@ -162,7 +162,7 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag, const 
 
 int Main(int argc, char** argv) {
   std::string listen = "0.0.0.0";
-  std::string port_text = std::to_string(kDefaultPort);
+  std::string port_text = std::to_string(rdzv::kDefaultRdzvPort);
   rdzv::ServerOptions options;
   std::string max_join_timeout_text = "1h";
   int64_t max_jobs = static_cast<int64_t>(options.hub.state.max_jobs);

@@ -12,6 +12,10 @@ namespace muster::rdzv {
 // 0 is what a peer older than versions sends (the field's default).
 inline constexpr int32_t kProtocolVersion = 1;
 
+// The port a rendezvous listens on and is dialled at when none is given
+// (torchrun's c10d default): musterd --port, --rdzv-endpoint HOST, musterctl.
+inline constexpr int kDefaultRdzvPort = 29400;
+
 // In the kNotFound message a server answers a node it removed from the job
 // ("node N was dropped from job 'J': node H silent for 30 s"): the agent
 // tells it from a server that forgot the job.
