@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace muster {
@@ -72,6 +73,14 @@ std::string JsonQuote(absl::string_view text) {
   }
   out.push_back('"');
   return out;
+}
+
+std::string EventJsonLine(const EventLine& event) {
+  return absl::StrCat(
+      "{\"time\": ", absl::StrFormat("%.3f", absl::ToDoubleSeconds(event.time - absl::UnixEpoch())),
+      ", \"job\": ", JsonQuote(event.job), ", \"round\": ", event.round,
+      ", \"node\": ", JsonQuote(event.node), ", \"kind\": ", JsonQuote(event.kind),
+      ", \"detail\": ", JsonQuote(event.detail), "}\n");
 }
 
 }  // namespace muster

@@ -22,6 +22,7 @@
 #include "agent/agent.h"
 #include "agent/worker_env.h"
 #include "common/endpoint.h"
+#include "common/event_log.h"
 #include "common/log.h"
 #include "common/open_files.h"
 #include "common/process_env.h"
@@ -350,27 +351,11 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
 
   UniqueFd event_log;
   if (!config.rdzv_conf.event_log.empty()) {
-    // Mode 600: the events name the job, its hosts and its failures. Not
-    // through a symbolic link, and not a FIFO (whose open would block).
-    event_log =
-        UniqueFd(open(config.rdzv_conf.event_log.c_str(),
-                      O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
-    if (!event_log.valid()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--rdzv-conf event_log=", config.rdzv_conf.event_log, ": cannot open (",
-                       std::strerror(errno), "); give a file in a directory you can write"));
-    }
-    struct stat st;
-    if (fstat(event_log.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--rdzv-conf event_log=", config.rdzv_conf.event_log,
-          ": not a regular file of yours; give a path of your own (the events name your job)"));
-    }
-    if ((st.st_mode & 077) != 0) {
-      std::fprintf(stderr,
-                   "muster: warning: --rdzv-conf event_log=%s can be read by others (mode %03o)\n",
-                   config.rdzv_conf.event_log.c_str(), static_cast<unsigned>(st.st_mode & 0777));
-    }
+    absl::StatusOr<OpenedEventLog> opened =
+        OpenEventLog(config.rdzv_conf.event_log, "--rdzv-conf event_log");
+    if (!opened.ok()) return opened.status();
+    if (opened->warning) std::fprintf(stderr, "muster: warning: %s\n", opened->warning->c_str());
+    event_log = std::move(opened->fd);
   }
 
   const bool static_backend = config.rdzv_backend == RdzvBackend::kStatic && !config.standalone;

@@ -38,6 +38,7 @@ StateOptions WithJournal(StateOptions state, bool journal) {
 RendezvousHub::RendezvousHub(HubOptions options)
     : clock_(*options.clock), journal_(std::move(options.journal)),
       on_journal_failure_(std::move(options.on_journal_failure)),
+      on_event_(std::move(options.on_event)),
       state_(WithJournal(options.state, journal_ != nullptr)) {
   {
     absl::MutexLock lock(&mu_);
@@ -66,6 +67,9 @@ void RendezvousHub::Shutdown(Jobs jobs) {
       for (auto& [key, watch] : watches_)
         deliveries.ends.emplace_back(watch.watcher, Stopped(jobs));
       watches_.clear();
+      for (auto& [key, observer] : observers_)
+        deliveries.observer_ends.emplace_back(observer, Stopped(jobs));
+      observers_.clear();
       state_changed_ = true;  // wakes the timer thread to see it
     }
   }
@@ -131,6 +135,16 @@ void RendezvousHub::ApplyLocked(Effects& effects, Deliveries* out) {
     out->events.emplace_back(it->second.watcher, event);
     if (event.has_job_closed()) watches_.erase(it);  // the last event of a watch
   }
+  for (const JobEvent& event : effects.events) {
+    if (on_event_) on_event_(event);
+    const bool final = IsFinalEvent(event);
+    for (auto it = observers_.lower_bound({event.job_id(), 0});
+         it != observers_.end() && it->first.first == event.job_id();) {
+      it->second->queue(event);
+      out->flushes.push_back(it->second);
+      it = final ? observers_.erase(it) : std::next(it);
+    }
+  }
   if (effects.rearm_timer) state_changed_ = true;
   if (journal_ == nullptr || effects.journal.empty() || journal_failed_) return;
   absl::StatusOr<uint64_t> position = journal_->Append(effects.journal);
@@ -158,6 +172,8 @@ void RendezvousHub::Deliver(Deliveries& deliveries) {
       if (event.has_job_closed()) watcher->on_end(synced.ok() ? Unavailable() : synced);
     }
     for (auto& [watcher, status] : deliveries.ends) watcher->on_end(std::move(status));
+    for (auto& observer : deliveries.flushes) observer->flush();
+    for (auto& [observer, status] : deliveries.observer_ends) observer->on_end(std::move(status));
     deliveries = Deliveries();
     OnJournalFailed();
     return;
@@ -165,6 +181,8 @@ void RendezvousHub::Deliver(Deliveries& deliveries) {
   for (auto& [done, result] : deliveries.joins) done(std::move(result));
   for (auto& [watcher, event] : deliveries.events) watcher->on_event(event);
   for (auto& [watcher, status] : deliveries.ends) watcher->on_end(std::move(status));
+  for (auto& observer : deliveries.flushes) observer->flush();
+  for (auto& [observer, status] : deliveries.observer_ends) observer->on_end(std::move(status));
   deliveries = Deliveries();
 }
 
@@ -320,16 +338,50 @@ absl::Status RendezvousHub::Leave(const LeaveRequest& request) {
   });
 }
 
-absl::StatusOr<StatusResponse> RendezvousHub::Status(const std::string& job_id) {
+absl::StatusOr<StatusResponse> RendezvousHub::Status(const std::string& job_id, bool nodes) {
   absl::StatusOr<StatusResponse> status;
   uint64_t position = 0;
   {
     absl::MutexLock lock(&mu_);
-    status = state_.Status(job_id, clock_.Now());
+    status = state_.Status(job_id, clock_.Now(), nodes);
     if (journal_ != nullptr) position = journal_->written();
   }
   MUSTER_RETURN_IF_ERROR(SyncJournal(position));
   return status;
+}
+
+ListJobsResponse RendezvousHub::ListJobs(const std::string& prefix) {
+  absl::MutexLock lock(&mu_);
+  return state_.ListJobs(prefix, clock_.Now());
+}
+
+absl::Status RendezvousHub::Stop(const std::string& job_id, const std::string& reason) {
+  return Mutate(
+      [&](Effects* effects) { return state_.Stop(job_id, reason, clock_.Now(), effects); });
+}
+
+absl::Status RendezvousHub::ObserveJob(const std::string& job_id, uint64_t ticket,
+                                       Observer observer) {
+  auto shared = std::make_shared<Observer>(std::move(observer));
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return Unavailable();
+    absl::StatusOr<std::vector<JobEvent>> history = state_.History(job_id);
+    if (!history.ok()) return history.status();
+    bool ended = false;
+    for (const JobEvent& event : *history) {
+      shared->queue(event);
+      ended = ended || IsFinalEvent(event);
+    }
+    if (!ended) observers_[{job_id, ticket}] = shared;
+  }
+  shared->flush();
+  return absl::OkStatus();
+}
+
+void RendezvousHub::CancelObserve(const std::string& job_id, uint64_t ticket) {
+  absl::MutexLock lock(&mu_);
+  observers_.erase({job_id, ticket});
 }
 
 RendezvousHub::JobCount RendezvousHub::CountJobs() {

@@ -53,6 +53,10 @@ struct HubOptions {
   // longer durable, and nothing that depended on the failed write was
   // delivered. Null: log it and abort.
   std::function<void(const absl::Status&)> on_journal_failure;
+  // Told every job event (RendezvousState's Effects::events) in the order
+  // they happen, with the hub's lock held: it must be quick and must not
+  // call into the hub (musterd --event-log writes a line). Null: nobody.
+  std::function<void(const JobEvent&)> on_event;
 };
 
 class RendezvousHub {
@@ -111,7 +115,31 @@ class RendezvousHub {
   absl::Status ReportFailure(const ReportFailureRequest& request);
   absl::Status ReportDone(const ReportDoneRequest& request);
   absl::Status Leave(const LeaveRequest& request);
-  absl::StatusOr<StatusResponse> Status(const std::string& job_id);
+  // An operator's calls (no node secret; the caller checked who asks).
+  absl::StatusOr<StatusResponse> Status(const std::string& job_id, bool nodes = false);
+  // The jobs whose ids start with `prefix` (RendezvousState::ListJobs).
+  ListJobsResponse ListJobs(const std::string& prefix);
+  absl::Status Stop(const std::string& job_id, const std::string& reason);
+
+  // Someone following a job's events (musterctl watch).
+  struct Observer {
+    // Runs with the hub's lock held, in the order the events happen: it
+    // must only queue the event (no call into the hub, nothing that blocks).
+    std::function<void(const JobEvent&)> queue;
+    // Runs after, without the lock: sends what was queued.
+    std::function<void()> flush;
+    // Runs once if the hub ends the observation before a final event
+    // (IsFinalEvent): at Shutdown.
+    std::function<void(absl::Status)> on_end;
+  };
+  // Queues the job's last events (its history), then each new one up to
+  // and including a final event, after which the hub forgets the observer.
+  // Errors, with nothing queued: kNotFound unknown job, kUnavailable after
+  // Shutdown. Events reach observers as they happen, before the journal
+  // holds them: they tell what happened, nothing depends on them.
+  absl::Status ObserveJob(const std::string& job_id, uint64_t ticket, Observer observer);
+  // Forgets the observer `ticket` of the job, if the hub still has it.
+  void CancelObserve(const std::string& job_id, uint64_t ticket);
 
   // How many jobs the hub holds: open (not closed yet), and in all.
   struct JobCount {
@@ -144,9 +172,15 @@ class RendezvousHub {
     std::vector<std::pair<JoinDone, absl::StatusOr<Assignment>>> joins;
     std::vector<std::pair<std::shared_ptr<Watcher>, WatchEvent>> events;
     std::vector<std::pair<std::shared_ptr<Watcher>, absl::Status>> ends;
+    // Observers with events queued, and observers ended.
+    std::vector<std::shared_ptr<Observer>> flushes;
+    std::vector<std::pair<std::shared_ptr<Observer>, absl::Status>> observer_ends;
     // The journal position they depend on (0: none).
     uint64_t sync_to = 0;
-    bool empty() const { return joins.empty() && events.empty() && ends.empty(); }
+    bool empty() const {
+      return joins.empty() && events.empty() && ends.empty() && flushes.empty() &&
+             observer_ends.empty();
+    }
   };
 
   void ApplyLocked(Effects& effects, Deliveries* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -168,6 +202,7 @@ class RendezvousHub {
   const Clock& clock_;
   const std::shared_ptr<Journal> journal_;
   const std::function<void(const absl::Status&)> on_journal_failure_;
+  const std::function<void(const JobEvent&)> on_event_;
   std::atomic<bool> journal_failed_{false};
   std::atomic<bool> journal_failure_told_{false};
   absl::Mutex journal_error_mu_;
@@ -176,6 +211,9 @@ class RendezvousHub {
   RendezvousState state_ ABSL_GUARDED_BY(mu_);
   std::map<NodeKey, PendingJoin> joins_ ABSL_GUARDED_BY(mu_);
   std::map<NodeKey, Subscription> watches_ ABSL_GUARDED_BY(mu_);
+  // By job id and ticket.
+  std::map<std::pair<std::string, uint64_t>, std::shared_ptr<Observer>> observers_
+      ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool state_changed_ ABSL_GUARDED_BY(mu_) = false;

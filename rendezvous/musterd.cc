@@ -24,12 +24,15 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/endpoint.h"
+#include "common/event_log.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/open_files.h"
 #include "common/release_mode.h"
 #include "common/unique_handle.h"
 #include "rendezvous/grpc_exit.h"
 #include "rendezvous/grpc_log.h"
+#include "rendezvous/job_events.h"
 #include "rendezvous/journal.h"
 #include "rendezvous/munge_credential.h"
 #include "rendezvous/protocol.h"
@@ -238,6 +241,12 @@ int Main(int argc, char** argv) {
                  "forgotten first")
       ->type_name("N")
       ->capture_default_str();
+  std::string event_log_path;
+  app.add_option("--event-log", event_log_path,
+                 "append every job's events to FILE (made mode 600), one JSON object a line "
+                 "(time, job, round, node, kind, detail): node joined or lost, round started, "
+                 "worker failed, job closed; what musterctl watch shows")
+      ->type_name("FILE");
   std::string drain_text = "0s";
   app.add_option("--drain", drain_text,
                  "on SIGTERM or SIGINT, keep serving this long while gRPC's health service "
@@ -363,6 +372,23 @@ int Main(int argc, char** argv) {
     options.hub.on_journal_failure = [](const absl::Status&) {
       journal_failed = true;
       kill(getpid(), SIGTERM);  // the main thread stops the server
+    };
+  }
+  if (!event_log_path.empty()) {
+    absl::StatusOr<OpenedEventLog> opened = OpenEventLog(event_log_path, "--event-log");
+    if (!opened.ok()) return Error(kExitUsage, opened.status().message());
+    if (opened->warning) Logger("musterd")->warn("{}", *opened->warning);
+    // Called in order with the hub's lock held: one write per line, as it happens.
+    auto fd = std::make_shared<UniqueFd>(std::move(opened->fd));
+    auto failed = std::make_shared<bool>(false);
+    options.hub.on_event = [fd, failed, event_log_path](const rdzv::JobEvent& event) {
+      if (*failed) return;
+      const std::string line = EventJsonLine(rdzv::ToEventLine(event));
+      if (write(fd->get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+        *failed = true;
+        Logger("musterd")->warn("--event-log {}: cannot write ({}); no more events go there",
+                                event_log_path, std::strerror(errno));
+      }
     };
   }
   rdzv::RouteGrpcLogsToSpdlog();

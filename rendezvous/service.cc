@@ -258,10 +258,118 @@ class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<Wa
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// A watch refused before it opened.
-class RendezvousService::RefusedWatch final : public grpc::ServerWriteReactor<WatchEvent> {
+// An operator's watch of a job (WatchJob): the job's events, in order,
+// until its final one. The hub queues each event with its lock held
+// (Queue); the writes start outside it (Flush).
+class RendezvousService::JobWatchReactor final : public grpc::ServerWriteReactor<JobEvent> {
  public:
-  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
+  // The most events queued for a watcher that reads too slowly; past it its
+  // stream ends (kResourceExhausted) rather than the server holding more.
+  static constexpr size_t kMaxQueued = 1024;
+
+  static std::shared_ptr<JobWatchReactor> Create(std::shared_ptr<RendezvousHub> hub,
+                                                 std::string hub_job_id, size_t prefix_length,
+                                                 uint64_t ticket, PeerLimits::Slot slot) {
+    std::shared_ptr<JobWatchReactor> reactor(new JobWatchReactor(
+        std::move(hub), std::move(hub_job_id), prefix_length, ticket, std::move(slot)));
+    reactor->self_ = reactor;
+    return reactor;
+  }
+
+  void Queue(const JobEvent& event) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || overflowed_) return;
+    if (queue_.size() >= kMaxQueued) {
+      overflowed_ = true;
+      return;
+    }
+    JobEvent& queued = queue_.emplace_back(event);  // a deque: the one being written stays put
+    queued.set_job_id(event.job_id().substr(prefix_length_));  // the caller's id
+  }
+
+  void Flush() {
+    const JobEvent* next = nullptr;
+    bool overflowed = false;
+    {
+      absl::MutexLock lock(&mu_);
+      overflowed = overflowed_ && !writing_;
+      if (!overflowed) next = NextWriteLocked();
+    }
+    if (overflowed) {
+      End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       "this watch reads its events too slowly; watch again"));
+    } else if (next != nullptr) {
+      StartWrite(next);
+    }
+  }
+
+  void End(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    hub_->CancelObserve(hub_job_id_, ticket_);
+    Finish(status);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watch stream broken"));
+      return;
+    }
+    bool was_last = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      was_last = IsFinalEvent(queue_.front());
+      queue_.pop_front();
+    }
+    if (was_last) {
+      End(grpc::Status::OK);
+    } else {
+      Flush();
+    }
+  }
+
+  void OnCancel() override { End(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    hub_->CancelObserve(hub_job_id_, ticket_);
+    slot_.reset();
+    self_.reset();  // may delete this: nothing after it
+  }
+
+ private:
+  JobWatchReactor(std::shared_ptr<RendezvousHub> hub, std::string hub_job_id, size_t prefix_length,
+                  uint64_t ticket, PeerLimits::Slot slot)
+      : hub_(std::move(hub)), hub_job_id_(std::move(hub_job_id)), prefix_length_(prefix_length),
+        ticket_(ticket), slot_(std::move(slot)) {}
+
+  const JobEvent* NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || queue_.empty()) return nullptr;
+    writing_ = true;
+    return &queue_.front();
+  }
+
+  const std::shared_ptr<RendezvousHub> hub_;
+  const std::string hub_job_id_;
+  const size_t prefix_length_;
+  const uint64_t ticket_;
+  std::optional<PeerLimits::Slot> slot_;  // OnDone only
+  std::shared_ptr<JobWatchReactor> self_;
+  absl::Mutex mu_;
+  std::deque<JobEvent> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A watch refused before it opened.
+template <typename Event>
+class RendezvousService::RefusedStream final : public grpc::ServerWriteReactor<Event> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { this->Finish(status); }
   void OnDone() override { delete this; }
 };
 
@@ -446,7 +554,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
 grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackServerContext* context,
                                                                const WatchRequest* raw_request) {
   absl::StatusOr<Caller> caller = Admit(context, "Watch", /*credential=*/false);
-  if (!caller.ok()) return new RefusedWatch(ToGrpcStatus(caller.status()));
+  if (!caller.ok()) return new RefusedStream<WatchEvent>(ToGrpcStatus(caller.status()));
   WatchRequest copy;
   const WatchRequest* request = &InNamespace(*raw_request, caller->job_prefix, &copy);
   const std::string peer = context->peer();
@@ -454,7 +562,7 @@ grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackSer
   if (!slot.ok()) {
     LogRefusal("peer-limit",
                absl::StrCat("refused a watch from ", ForLog(peer), ": ", slot.status().message()));
-    return new RefusedWatch(ToGrpcStatus(slot.status()));
+    return new RefusedStream<WatchEvent>(ToGrpcStatus(slot.status()));
   }
   const uint64_t ticket = hub_->NewTicket();
   std::shared_ptr<WatchReactor> reactor =
@@ -524,12 +632,76 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
   absl::StatusOr<Caller> caller = Admit(context, "Status", /*credential=*/true);
   if (!caller.ok()) return FinishNow(context, caller.status());
   absl::StatusOr<StatusResponse> status =
-      hub_->Status(absl::StrCat(caller->job_prefix, request->job_id()));
+      hub_->Status(absl::StrCat(caller->job_prefix, request->job_id()), request->nodes());
   if (status.ok()) {
     *response = *std::move(status);
     response->set_job_id(request->job_id());  // the caller's id, not the hub's
   }
   return FinishNow(context, status.status());
+}
+
+grpc::ServerUnaryReactor* RendezvousService::ListJobs(grpc::CallbackServerContext* context,
+                                                      const ListJobsRequest* request,
+                                                      ListJobsResponse* response) {
+  absl::StatusOr<Caller> caller = Admit(context, "ListJobs", /*credential=*/true);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  *response = hub_->ListJobs(caller->job_prefix);  // the caller's namespace only
+  for (StatusResponse& job : *response->mutable_jobs()) {
+    job.set_job_id(job.job_id().substr(caller->job_prefix.size()));
+  }
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Stop(grpc::CallbackServerContext* context,
+                                                  const StopRequest* request,
+                                                  StopResponse* response) {
+  absl::StatusOr<Caller> caller = Admit(context, "Stop", /*credential=*/true);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  if (absl::Status id = ValidateJobId(request->job_id()); !id.ok()) return FinishNow(context, id);
+  const absl::Status status =
+      hub_->Stop(absl::StrCat(caller->job_prefix, request->job_id()), request->reason());
+  if (status.ok()) {
+    static const auto logger = Logger("rdzv");
+    logger->warn(
+        "job '{}' stopped by {}{}: {}", ForLog(request->job_id()), ForLog(context->peer()),
+        caller->uid ? absl::StrCat(" (uid ", *caller->uid, ")") : std::string(),
+        request->reason().empty() ? "no reason given" : ForLog(request->reason(), kMaxReasonBytes));
+  }
+  return FinishNow(context, status);
+}
+
+grpc::ServerWriteReactor<JobEvent>* RendezvousService::WatchJob(
+    grpc::CallbackServerContext* context, const WatchJobRequest* request) {
+  absl::StatusOr<Caller> caller = Admit(context, "WatchJob", /*credential=*/true);
+  if (!caller.ok()) return new RefusedStream<JobEvent>(ToGrpcStatus(caller.status()));
+  if (absl::Status id = ValidateJobId(request->job_id()); !id.ok()) {
+    return new RefusedStream<JobEvent>(ToGrpcStatus(id));
+  }
+  const std::string peer = context->peer();
+  absl::StatusOr<PeerLimits::Slot> slot = peers_.Acquire(peer, PeerLimits::Kind::kWatch);
+  if (!slot.ok()) {
+    LogRefusal("peer-limit", absl::StrCat("refused a job watch from ", ForLog(peer), ": ",
+                                          slot.status().message()));
+    return new RefusedStream<JobEvent>(ToGrpcStatus(slot.status()));
+  }
+  const std::string job_id = absl::StrCat(caller->job_prefix, request->job_id());
+  const uint64_t ticket = hub_->NewTicket();
+  std::shared_ptr<JobWatchReactor> reactor =
+      JobWatchReactor::Create(hub_, job_id, caller->job_prefix.size(), ticket, *std::move(slot));
+  const absl::Status observed =
+      hub_->ObserveJob(job_id, ticket,
+                       RendezvousHub::Observer{
+                           [reactor](const JobEvent& event) { reactor->Queue(event); },
+                           [reactor] { reactor->Flush(); },
+                           [reactor](absl::Status status) { reactor->End(ToGrpcStatus(status)); }});
+  if (!observed.ok()) {
+    // Told as the caller named it, not as the hub knows it.
+    reactor->End(ToGrpcStatus(absl::NotFoundError(
+        absl::IsNotFound(observed)
+            ? absl::StrCat("no job '", ForLog(request->job_id()), "' on this server")
+            : std::string(observed.message()))));
+  }
+  return reactor.get();
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(

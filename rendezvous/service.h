@@ -51,8 +51,9 @@ struct MungeAuth {
 // UNAUTHENTICATED with kRefusedMessage before its request is read. An empty
 // token lets every call in (as before tokens existed).
 //
-// With `munge` (and no token), Join, Status, ReportFailure, ReportDone and
-// Leave must carry a fresh munge credential (kMungeMetadataKey): none, or
+// With `munge` (and no token), Join, ReportFailure, ReportDone, Leave and
+// the operator's calls (Status, ListJobs, Stop, WatchJob) must carry a
+// fresh munge credential (kMungeMetadataKey): none, or
 // one that does not decode (forged, replayed, expired, another key's), is
 // answered UNAUTHENTICATED with kRefusedMessage; a uid the rendezvous does
 // not serve, PERMISSION_DENIED. Heartbeat and Watch carry no credential (no
@@ -84,11 +85,23 @@ class RendezvousService final : public Rendezvous::CallbackService {
                                   LeaveResponse* response) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
                                    const StatusRequest* request, StatusResponse* response) override;
+  // An operator's calls (musterctl): with a token or munge, a credential
+  // like a join's; under munge only the caller's own uid's jobs.
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const ListJobsRequest* request,
+                                     ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext* context, const StopRequest* request,
+                                 StopResponse* response) override;
+  grpc::ServerWriteReactor<JobEvent>* WatchJob(grpc::CallbackServerContext* context,
+                                               const WatchJobRequest* request) override;
 
  private:
   class JoinReactor;
   class WatchReactor;
-  class RefusedWatch;
+  class JobWatchReactor;
+  // A watch (of a node or of a job) refused before it opened.
+  template <typename Event>
+  class RefusedStream;
   // Whether the call carries the token (always, with none configured);
   // logs a refusal.
   bool Authenticated(grpc::CallbackServerContext* context, const char* method);

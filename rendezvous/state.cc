@@ -4,6 +4,7 @@
 #include <cctype>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
@@ -105,6 +106,10 @@ absl::Status WrongSecret(const NodeKey& key) {
 }
 
 }  // namespace
+
+bool IsFinalEvent(const JobEvent& event) {
+  return event.kind() == JobEvent::JOB_CLOSED || event.kind() == JobEvent::JOB_FORGOTTEN;
+}
 
 std::string CutText(absl::string_view text, size_t max_bytes) {
   if (text.size() <= max_bytes) return std::string(text);
@@ -276,6 +281,8 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
     job.id = request.job_id();
     job.config = request.config();
     job.empty_since = now;
+    job.created_at = now;
+    job.round_since = now;
     LogLimited("created",
                absl::StrCat("job '", job.id, "' created: nodes ", job.config.min_nodes(), ":",
                             job.config.max_nodes(), ", max_restarts ", job.config.max_restarts()),
@@ -294,6 +301,13 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
   node.addr = info.advertised_addr().empty() ? std::string(peer_addr) : info.advertised_addr();
   node.last_seen = now;
   node.join_seq = job.next_join_seq++;
+  if (is_new) {
+    node.joined_at = now;
+    AddEvent(job, JobEvent::NODE_JOINED, info.node_id(),
+             absl::StrCat("node ", info.host(), " joined with ", info.local_world_size(),
+                          info.local_world_size() == 1 ? " worker" : " workers"),
+             now, effects);
+  }
 
   if (job.phase == Phase::kOpen) {
     job.waiting.erase(info.node_id());  // a spare that joins again
@@ -429,21 +443,24 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, absl::string_vie
   failure.set_message(CutText(reported.message(), kMaxFailureMessageBytes));
   failure.set_host(ForLog(reported.host(), kMaxHostLength));
   const std::string detail = DescribeFailure(failure);
-  if (!job.done.empty()) {
-    Close(job, false,
-          absl::StrCat(detail,
-                       " after other nodes had finished; a partly finished job cannot restart"),
-          failure, now, effects);
-  } else if (job.restart_count < job.config.max_restarts()) {
+  Failure& recent = job.recent_failures.emplace_back(failure);
+  recent.set_message(CutText(failure.message(), kMaxStatusMessageBytes));
+  if (job.recent_failures.size() > kMaxRecentFailures) job.recent_failures.pop_front();
+  const bool restarts = job.done.empty() && job.restart_count < job.config.max_restarts();
+  const std::string outcome =
+      !job.done.empty()
+          ? absl::StrCat(detail,
+                         " after other nodes had finished; a partly finished job cannot restart")
+      : restarts ? absl::StrCat(detail, "; restart ", job.restart_count + 1, " of ",
+                                job.config.max_restarts())
+                 : absl::StrCat(detail, "; no restarts left (max_restarts ",
+                                job.config.max_restarts(), ")");
+  AddEvent(job, JobEvent::WORKER_FAILED, key.node_id, outcome, now, effects);
+  if (restarts) {
     ++job.restart_count;
-    OpenNextRound(
-        job, RoundChanged::WORKER_FAILED,
-        absl::StrCat(detail, "; restart ", job.restart_count, " of ", job.config.max_restarts()),
-        now, effects);
+    OpenNextRound(job, RoundChanged::WORKER_FAILED, outcome, now, effects);
   } else {
-    Close(job, false,
-          absl::StrCat(detail, "; no restarts left (max_restarts ", job.config.max_restarts(), ")"),
-          failure, now, effects);
+    Close(job, false, outcome, failure, now, effects);
   }
   return absl::OkStatus();
 }
@@ -528,6 +545,12 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
       ++it;
       continue;
     }
+    if (!closed) {
+      AddEvent(job, JobEvent::JOB_FORGOTTEN, "",
+               absl::StrCat("no node in it for ",
+                            FormatDuration(absl::ToInt64Milliseconds(EmptyJobLifetime(job)))),
+               now, effects);
+    }
     LogLimited("forgotten",
                closed
                    ? absl::StrCat("job '", job.id, "' forgotten")
@@ -601,12 +624,17 @@ std::optional<absl::Time> RendezvousState::NextDeadline() const {
 }
 
 absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id,
-                                                       std::optional<absl::Time> now) const {
+                                                       std::optional<absl::Time> now,
+                                                       bool nodes) const {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("no job '", job_id, "' on this server"));
   }
-  const Job& job = it->second;
+  return JobStatus(it->second, now, nodes);
+}
+
+StatusResponse RendezvousState::JobStatus(const Job& job, std::optional<absl::Time> now,
+                                          bool nodes) const {
   StatusResponse response;
   response.set_job_id(job.id);
   response.set_state(job.phase == Phase::kOpen      ? "open"
@@ -630,7 +658,129 @@ absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id,
     }
     response.set_missing_count(static_cast<int>(job.not_back.size()));
   }
+  response.set_created_unix_ms(absl::ToUnixMillis(job.created_at));
+  response.set_round_since_unix_ms(
+      absl::ToUnixMillis(job.phase == Phase::kClosed ? job.closed_at : job.round_since));
+  response.set_node_count(static_cast<int>(job.nodes.size()));
+  if (job.phase != Phase::kOpen) {  // a closed job's last round
+    int64_t world_size = 0;
+    for (const std::string& id : job.participants) {
+      auto node = job.nodes.find(id);
+      if (node != job.nodes.end()) world_size += node->second.info.local_world_size();
+    }
+    response.set_world_size(static_cast<int>(world_size));  // Join keeps it within int32
+  }
+  if (job.phase == Phase::kClosed) {
+    response.set_succeeded(job.succeeded);
+    response.set_close_reason(job.close_reason);
+    if (job.closed_event && job.closed_event->job_closed().has_root_cause()) {
+      Failure* cause = response.mutable_root_cause();
+      *cause = job.closed_event->job_closed().root_cause();
+      cause->set_message(CutText(cause->message(), kMaxStatusMessageBytes));
+    }
+  }
+  for (const Failure& failure : job.recent_failures) *response.add_recent_failures() = failure;
+  if (!nodes) return response;
+
+  auto add = [&](const std::string& node_id, const Node& node, absl::string_view state,
+                 int group_rank, int rank_base) {
+    if (response.nodes_size() == static_cast<int>(kMaxListedNodes)) return;
+    NodeStatus* out = response.add_nodes();
+    out->set_node_id(node_id);
+    out->set_host(node.info.host());
+    out->set_addr(node.addr);
+    out->set_state(std::string(state));
+    out->set_group_rank(group_rank);
+    out->set_rank_base(rank_base);
+    out->set_local_world_size(node.info.local_world_size());
+    out->set_joined_unix_ms(absl::ToUnixMillis(node.joined_at));
+    out->set_last_seen_unix_ms(absl::ToUnixMillis(node.watching && now ? *now : node.last_seen));
+    out->set_watching(node.watching);
+  };
+  std::set<std::string> listed;
+  if (job.phase != Phase::kOpen) {  // a closed job's last round
+    const absl::string_view running = job.phase == Phase::kRunning ? "running" : "closed";
+    int rank_base = 0;
+    for (size_t i = 0; i < job.participants.size(); ++i) {
+      const std::string& id = job.participants[i];
+      auto node_it = job.nodes.find(id);
+      if (node_it == job.nodes.end()) continue;
+      const Node& node = node_it->second;
+      add(id, node, job.done.contains(id) ? "done" : running, static_cast<int>(i), rank_base);
+      rank_base += node.info.local_world_size();
+      listed.insert(id);
+    }
+  }
+  std::vector<std::pair<int64_t, const std::string*>> others;
+  for (const auto& [id, node] : job.nodes) {
+    if (!listed.contains(id)) others.emplace_back(node.join_seq, &id);
+  }
+  std::sort(others.begin(), others.end());
+  for (const auto& [seq, id] : others) {
+    const absl::string_view state = job.phase == Phase::kClosed  ? "closed"
+                                    : job.joined.contains(*id)   ? "joined"
+                                    : job.not_back.contains(*id) ? "rejoining"
+                                    : job.waiting.contains(*id)  ? "waiting"
+                                                                 : "idle";
+    add(*id, job.nodes.at(*id), state, -1, -1);
+  }
   return response;
+}
+
+ListJobsResponse RendezvousState::ListJobs(absl::string_view prefix, absl::Time now) const {
+  ListJobsResponse response;
+  int32_t total = 0;
+  for (auto it = jobs_.lower_bound(prefix);
+       it != jobs_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    ++total;
+    if (response.jobs_size() == static_cast<int>(kMaxListedJobs)) continue;
+    StatusResponse* job = response.add_jobs();
+    *job = JobStatus(it->second, now, /*nodes=*/false);
+    job->mutable_root_cause()->clear_message();
+    for (Failure& failure : *job->mutable_recent_failures()) failure.clear_message();
+  }
+  response.set_total(total);
+  return response;
+}
+
+absl::StatusOr<std::vector<JobEvent>> RendezvousState::History(absl::string_view job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job '", job_id, "' on this server"));
+  }
+  return std::vector<JobEvent>(it->second.history.begin(), it->second.history.end());
+}
+
+absl::Status RendezvousState::Stop(absl::string_view job_id, absl::string_view reason,
+                                   absl::Time now, Effects* effects) {
+  Job* job = FindJob(job_id);
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job '", job_id, "' on this server"));
+  }
+  if (job->phase == Phase::kClosed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job->id, "' is closed already (", job->close_reason, ")"));
+  }
+  Close(*job, false,
+        absl::StrCat("stopped by an operator", reason.empty() ? "" : ": ",
+                     ForLog(reason, kMaxReasonBytes)),
+        std::nullopt, now, effects);
+  return absl::OkStatus();
+}
+
+void RendezvousState::AddEvent(Job& job, JobEvent::Kind kind, absl::string_view node_id,
+                               absl::string_view detail, absl::Time now, Effects* effects) {
+  JobEvent event;
+  event.set_time_unix_ms(absl::ToUnixMillis(now));
+  event.set_job_id(job.id);
+  event.set_round(job.round);
+  event.set_kind(kind);
+  event.set_node_id(std::string(node_id));
+  event.set_detail(CutText(detail, kMaxEventDetailBytes));
+  if (kind == JobEvent::JOB_CLOSED) event.set_succeeded(job.succeeded);
+  job.history.push_back(event);
+  if (job.history.size() > kMaxJobHistory) job.history.pop_front();
+  effects->events.push_back(std::move(event));
 }
 
 absl::StatusOr<std::optional<WatchEvent>> RendezvousState::CatchUp(const NodeKey& key,
@@ -768,11 +918,14 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
     node.member = true;
   }
   job.journaled = options_.journal;
+  job.round_since = now;
   Record(effects, RoundFormedRecord(job, job.participants));
-  effects->log.push_back(absl::StrCat("job '", job.id, "' round ", job.round, ": ", order.size(),
-                                      " nodes, world size ", world_size, ", master ", master.addr,
-                                      ":", master.info.master_port_candidate(), ", restarts ",
-                                      job.restart_count, "/", job.config.max_restarts()));
+  const std::string formed =
+      absl::StrCat(order.size(), " nodes, world size ", world_size, ", master ", master.addr, ":",
+                   master.info.master_port_candidate(), ", restarts ", job.restart_count, "/",
+                   job.config.max_restarts());
+  AddEvent(job, JobEvent::ROUND_STARTED, "", formed, now, effects);
+  effects->log.push_back(absl::StrCat("job '", job.id, "' round ", job.round, ": ", formed));
 }
 
 void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
@@ -781,6 +934,7 @@ void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
   ++job.round;
   job.phase = Phase::kOpen;
   job.open_since = now;
+  job.round_since = now;
   job.last_call_deadline.reset();
   job.done.clear();
   job.expected.clear();
@@ -848,6 +1002,7 @@ void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
   job.expected.clear();
   job.not_back.clear();
   job.last_call_deadline.reset();
+  AddEvent(job, JobEvent::JOB_CLOSED, "", job.close_reason, now, effects);
   effects->log.push_back(absl::StrCat("job '", job.id, "' closed, ",
                                       succeeded ? "succeeded" : "failed", ": ", job.close_reason));
 }
@@ -884,6 +1039,7 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   job.not_back.erase(node_id);
   const bool was_done = job.done.erase(node_id) > 0;
   const std::string detail = absl::StrCat("node ", host, " ", why);
+  AddEvent(job, JobEvent::NODE_LOST, node_id, detail, now, effects);
   if (job.removed.insert_or_assign(node_id, Job::Removal{std::move(secret), detail}).second) {
     job.removed_order.push_back(node_id);
   }
@@ -978,6 +1134,8 @@ void RendezvousState::RestoreRoundFormed(const RoundFormed& formed, absl::Time n
   job.next_join_seq = formed.next_join_seq();
   job.journaled = true;
   job.empty_since = now;
+  job.created_at = now;
+  job.round_since = now;
   for (const DurableNode& durable : formed.members()) {
     Node& node = job.nodes[durable.info().node_id()];
     node.info = durable.info();
@@ -985,6 +1143,7 @@ void RendezvousState::RestoreRoundFormed(const RoundFormed& formed, absl::Time n
     node.addr = durable.addr();
     node.join_seq = durable.join_seq();
     node.last_seen = now;  // its heartbeat deadline starts again
+    node.joined_at = now;
     node.member = true;
     job.live_workers += node.info.local_world_size();
     job.participants.push_back(durable.info().node_id());
@@ -1051,6 +1210,7 @@ absl::Status RendezvousState::Restore(const JournalRecord& record, absl::Time no
       Job& job = it->second;
       if (created) {
         job.id = ended.job_id();
+        job.created_at = now;
       } else if (job.phase != Phase::kClosed) {
         --open_jobs_;
       }

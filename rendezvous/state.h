@@ -45,6 +45,9 @@ struct Effects {
   std::vector<std::pair<NodeKey, WatchEvent>> pushed;
   // One line per thing an operator wants to see in the log ("round 2 formed ...").
   std::vector<std::string> log;
+  // What happened to jobs, in order, for those who follow them (musterctl
+  // watch, musterd --event-log, metrics).
+  std::vector<JobEvent> events;
   // The durable changes, in order (StateOptions::journal): a server that
   // keeps its state writes them, durably, before anything else above
   // leaves it.
@@ -54,7 +57,7 @@ struct Effects {
 
   bool empty() const {
     return assigned.empty() && join_failed.empty() && pushed.empty() && log.empty() &&
-           journal.empty();
+           events.empty() && journal.empty();
   }
 };
 
@@ -99,6 +102,20 @@ absl::Status ValidateJoinRequest(const JoinRequest& request);
 // `text` if it fits in `max_bytes`, else its start and "... [cut: N bytes]",
 // `max_bytes` at most in all. Never splits a UTF-8 character.
 std::string CutText(absl::string_view text, size_t max_bytes);
+
+// What the server keeps of a job for its operators: its last events (a
+// watch starts with them), each event's detail cut to this, and its last
+// worker failures, their messages cut to this. About 40 KiB a job at most.
+inline constexpr size_t kMaxJobHistory = 32;
+inline constexpr size_t kMaxEventDetailBytes = 1024;
+inline constexpr size_t kMaxRecentFailures = 4;
+inline constexpr size_t kMaxStatusMessageBytes = 4096;
+// What one Status or ListJobs answer lists at most.
+inline constexpr size_t kMaxListedNodes = 10'000;
+inline constexpr size_t kMaxListedJobs = 1'000;
+
+// Whether a job event ends its job's stream of events.
+bool IsFinalEvent(const JobEvent& event);
 
 // How long a closed job is remembered before Advance forgets it.
 inline constexpr absl::Duration kClosedJobRetention = absl::Minutes(10);
@@ -223,9 +240,25 @@ class RendezvousState {
   // durable part of this one: what a journal is compacted to.
   std::vector<JournalRecord> Snapshot() const;
 
-  // `now`, when given, dates last_call_remaining_ms.
+  // `now`, when given, dates last_call_remaining_ms and the last_seen of
+  // nodes whose watch stream is open. With `nodes`, lists the job's nodes.
   absl::StatusOr<StatusResponse> Status(absl::string_view job_id,
-                                        std::optional<absl::Time> now = std::nullopt) const;
+                                        std::optional<absl::Time> now = std::nullopt,
+                                        bool nodes = false) const;
+
+  // Every job whose id starts with `prefix`, by id, without its nodes or
+  // failure messages (at most kMaxListedJobs; `total` counts them all).
+  ListJobsResponse ListJobs(absl::string_view prefix, absl::Time now) const;
+
+  // The job's last events, oldest first (at most kMaxJobHistory).
+  // Errors: kNotFound unknown job.
+  absl::StatusOr<std::vector<JobEvent>> History(absl::string_view job_id) const;
+
+  // An operator closes the job: it fails with "stopped by an operator:
+  // <reason>", and every node is told. Errors: kNotFound unknown job;
+  // kFailedPrecondition the job is closed already.
+  absl::Status Stop(absl::string_view job_id, absl::string_view reason, absl::Time now,
+                    Effects* effects);
 
   // For a node opening its watch stream while it believes it is in
   // `known_round`: the event it missed, if the job moved on (closed, or a
@@ -247,6 +280,7 @@ class RendezvousState {
     std::string secret;  // what every call for the node must present
     std::string addr;    // advertised, else the peer address
     absl::Time last_seen;
+    absl::Time joined_at;  // its first join (or the state's restore)
     int64_t join_seq = 0;
     bool watching = false;  // its watch stream is open: it needs no heartbeats
     bool member = false;    // it has had an assignment: its secret is durable
@@ -269,6 +303,10 @@ class RendezvousState {
     std::vector<std::string> lost;          // hosts lost since the last round formed
     int64_t live_workers = 0;               // sum of local_world_size over `nodes`
     absl::Time empty_since;                 // when `nodes` last became empty
+    absl::Time created_at;                  // first join, or restore
+    absl::Time round_since;                 // the round formed, opened or closed
+    std::deque<JobEvent> history;           // the last kMaxJobHistory events
+    std::deque<Failure> recent_failures;    // the last kMaxRecentFailures, messages cut
     absl::Time open_since = absl::InfiniteFuture();
     std::optional<absl::Time> last_call_deadline;
     bool succeeded = false;
@@ -322,6 +360,12 @@ class RendezvousState {
   // round's participants are set, in group-rank order.
   Assignment MakeAssignment(const Job& job, const Node& node, int group_rank, int rank_base,
                             int world_size, const Node& master) const;
+
+  // Adds an event of `job` to its history and to effects->events.
+  void AddEvent(Job& job, JobEvent::Kind kind, absl::string_view node_id, absl::string_view detail,
+                absl::Time now, Effects* effects);
+  // The status of `job` (see Status).
+  StatusResponse JobStatus(const Job& job, std::optional<absl::Time> now, bool nodes) const;
 
   // Appends `record` to effects->journal when the state keeps a journal.
   void Record(Effects* effects, JournalRecord record) const;

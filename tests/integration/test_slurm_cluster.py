@@ -187,6 +187,10 @@ class RealSlurmMunge(SlurmCluster):
                                   {"jobId": job_id, "nodeId": "intruder", "failure": {"exitCode": 1}},
                                   "--munge", user="nobody")
         self.assertEqual(code, "PERMISSION_DENIED", message)
+        for method, request in (("Stop", {"jobId": job_id}), ("ListJobs", {}),
+                                ("WatchJob", {"jobId": job_id})):
+            code, message = self.call(port, method, request, "--munge", user="nobody")
+            self.assertEqual(code, "PERMISSION_DENIED", f"{method}: {message}")
 
         proc.wait(timeout=90)
         output = open(self.path("job.out")).read()

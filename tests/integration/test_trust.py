@@ -89,6 +89,9 @@ class TokenAuth(TrustTest):
                                "failure": {"rank": 0, "host": "evil", "exitCode": 1}}),
             ("ReportDone", {"jobId": JOB, "nodeId": victim, "round": "0"}),
             ("Leave", {"jobId": JOB, "nodeId": victim, "reason": "evil"}),
+            ("ListJobs", {}),
+            ("Stop", {"jobId": JOB, "reason": "evil"}),
+            ("WatchJob", {"jobId": JOB}),
         ]
         messages = set()
         attacked = time.monotonic()

@@ -4,9 +4,11 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import time
 
-from harness import ROOT, TempDirTest, muster, read_file, reserve_port, run, wait_for
+from harness import (MUSTER, ROOT, OnDemandWorkers, TempDirTest, muster, pid_alive, read_file,
+                     reserve_port, run, wait_for)
 from test_musterd import MUSTERD
 from test_trust import TrustTest
 
@@ -94,6 +96,189 @@ class Health(TrustTest):
         result = run([MUSTERD, "--drain", "soon"], timeout=10)
         self.assertEqual(result.returncode, 2)
         self.assertIn("--drain soon", result.stderr)
+
+
+class JobView(TrustTest, OnDemandWorkers):
+    """musterctl status, watch and stop, and musterd --event-log, against a
+    real musterd (with a token) and real agents whose workers the test ends."""
+
+    JOB = "seen"
+
+    def setUp(self):
+        super().setUp()
+        self.work = self.path("work")
+        os.makedirs(self.work)
+        self.token = self.token_file()
+        self.events = self.path("musterd-events.jsonl")
+        self.musterd, self.port = self.start_musterd("--token-file", self.token, "--event-log",
+                                                     self.events)
+        self.agents = []
+
+    def logs(self):
+        return "\n".join(f"--- {name}\n{self.read(name + '.err')}"
+                         for name in ["musterd"] + [f"a{n}" for n in range(len(self.agents))])
+
+    def start_agents(self, count, nnodes="3", max_restarts="1"):
+        for _ in range(count):
+            name = f"a{len(self.agents)}"
+            self.agents.append(self.spawn(name, [
+                MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{self.port}",
+                "--rdzv-id", self.JOB, "--nnodes", nnodes, "--max-restarts", max_restarts,
+                "--nproc-per-node", "1", "--rdzv-conf", "is_host=0", self.ON_DEMAND, self.work],
+                MUSTER_TOKEN_FILE=self.token))
+
+    def ctl(self, *args, token=True, timeout=30):
+        extra = {"MUSTER_TOKEN_FILE": self.token} if token else {}
+        return run([MUSTERCTL, args[0], "--endpoint", f"127.0.0.1:{self.port}", *args[1:]],
+                   timeout=timeout, **extra)
+
+    def status(self):
+        result = self.ctl("status", self.JOB, "--json")
+        self.assertIn(result.returncode, (0, 1), result.stderr)
+        return json.loads(result.stdout)
+
+    def test_status_and_watch_of_a_job_that_fails_once_then_finishes(self):
+        self.start_agents(1)
+        self.assertTrue(wait_for(lambda: self.ctl("status", self.JOB).returncode == 0, 30),
+                        self.logs())
+        watch_out = open(self.path("watch.out"), "w")
+        watch = subprocess.Popen(
+            [MUSTERCTL, "watch", "--endpoint", f"127.0.0.1:{self.port}", self.JOB, "--json"],
+            env=dict(os.environ, MUSTER_TOKEN_FILE=self.token), stdout=watch_out,
+            stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: watch.poll() is None and watch.kill())
+        self.start_agents(2)
+        pids = self.pids(0, ranks=3)
+
+        # Running: 3 nodes, round 0, no restart used.
+        job = first = self.status()
+        self.assertEqual((job["job"], job["state"], job["round"], job["nodes"], job["restarts"],
+                          job["max_restarts"], job["world_size"]),
+                         (self.JOB, "running", 0, 3, 0, 1, 3), job)
+        self.assertEqual([n["group_rank"] for n in job["node_list"]], [0, 1, 2])
+        self.assertEqual([n["rank_base"] for n in job["node_list"]], [0, 1, 2])
+        self.assertEqual({n["state"] for n in job["node_list"]}, {"running"})
+        self.assertTrue(all(n["watching"] and n["host"] and n["joined"] <= n["last_seen"]
+                            for n in job["node_list"]), job)
+        self.assertEqual((job["recent_failures"], job["root_cause"], job["succeeded"]),
+                         ([], None, None))
+        table = self.ctl("status", self.JOB)
+        self.assertEqual(table.returncode, 0, table.stderr)
+        self.assertIn(f"job {self.JOB}: running, round 0", table.stdout)
+        self.assertIn("restarts 0/1", table.stdout)
+        self.assertEqual(len([line for line in table.stdout.splitlines()
+                              if " running " in line]), 3, table.stdout)
+        listed = self.ctl("status")
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertRegex(listed.stdout, rf"(?m)^{self.JOB} +running +0 +3 +3:3 +0/1 +3 ")
+
+        # A worker fails: the restart is used, and the failure is named.
+        self.fail_rank(1, 0)
+        self.pids(1, ranks=3)
+        job = self.status()
+        self.assertEqual((job["state"], job["round"], job["restarts"]), ("running", 1, 1), job)
+        self.assertEqual(len(job["recent_failures"]), 1, job)
+        failure = job["recent_failures"][0]
+        self.assertEqual((failure["rank"], failure["exit_code"], failure["signal"]), (1, 1, 0))
+        self.assertEqual(failure["pid"], pids[1])
+        self.assertIn("restarts 1/1", self.ctl("status", self.JOB).stdout)
+
+        self.finish_workers()
+        for n, agent in enumerate(self.agents):
+            code, err = self.finish(agent, f"a{n}")
+            self.assertEqual(code, 0, err)
+        self.assertEqual(watch.wait(timeout=30), 0, watch.stderr.read())
+        watch_out.close()
+        watched = [json.loads(line) for line in read_file(self.path("watch.out")).splitlines()]
+        self.assertEqual([e["kind"] for e in watched],
+                         ["node_joined"] * 3 + ["round_started", "worker_failed", "round_started",
+                                                "job_closed"], watched)
+        self.assertEqual([e["round"] for e in watched], [0, 0, 0, 0, 0, 1, 1])
+        self.assertEqual(len({e["node"] for e in watched[:3]}), 3)
+        self.assertEqual(watched[4]["node"], first["node_list"][1]["node_id"])  # rank 1's
+        self.assertIn("rank 1 on ", watched[4]["detail"])
+        self.assertIn("restart 1 of 1", watched[4]["detail"])
+        self.assertEqual(watched[-1]["detail"], "succeeded: every node finished")
+
+        # The event log: one JSON object a line, the same events.
+        lines = read_file(self.events).splitlines()
+        self.assertEqual([json.loads(line) for line in lines], watched)
+        self.assertEqual(stat.S_IMODE(os.stat(self.events).st_mode), 0o600)
+
+        # The closed job: its status says so, and a watch replays its events and ends.
+        job = self.status()
+        self.assertEqual((job["state"], job["succeeded"], job["close_reason"]),
+                         ("closed", True, "every node finished"))
+        replay = self.ctl("watch", self.JOB)
+        self.assertEqual(replay.returncode, 0, replay.stderr)
+        self.assertEqual(len(replay.stdout.splitlines()), 7, replay.stdout)
+        self.assertRegex(replay.stdout.splitlines()[-1],
+                         r"round 1 +job_closed +succeeded: every node finished$")
+
+    def test_stop_ends_a_running_job(self):
+        self.start_agents(3)
+        pids = self.pids(0, ranks=3)
+        # Without the job's token: refused, and the job runs on.
+        refused = self.ctl("stop", self.JOB, token=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("refused the call", refused.stderr)
+        self.assertIn("--token-file", refused.stderr)
+        self.assertEqual(self.status()["state"], "running")
+        unknown = self.ctl("stop", "no-such-job")
+        self.assertEqual(unknown.returncode, 1)
+        self.assertIn("no job 'no-such-job'", unknown.stderr)
+
+        stopped = self.ctl("stop", self.JOB, "--reason", "node maintenance at 3am")
+        self.assertEqual(stopped.returncode, 0, stopped.stderr)
+        for n, agent in enumerate(self.agents):
+            code, err = self.finish(agent, f"a{n}", timeout=60)
+            self.assertEqual(code, 1, err)
+            self.assertIn("stopped by an operator: node maintenance at 3am", err)
+        for rank, pid in pids.items():
+            self.assertFalse(pid_alive(pid), f"rank {rank} (pid {pid}) outlived the stop")
+        self.assertIn("job 'seen' stopped by ", self.read("musterd.err"))
+
+        job = self.status()
+        self.assertEqual((job["state"], job["succeeded"]), ("closed", False))
+        self.assertEqual(job["close_reason"], "stopped by an operator: node maintenance at 3am")
+        self.assertEqual(self.ctl("status", self.JOB).returncode, 1)  # a job that failed
+        again = self.ctl("stop", self.JOB)
+        self.assertEqual(again.returncode, 1)
+        self.assertIn("closed already", again.stderr)
+        kinds = [json.loads(line)["kind"] for line in read_file(self.events).splitlines()]
+        self.assertEqual(kinds, ["node_joined"] * 3 + ["round_started", "job_closed"])
+
+    def test_what_cannot_be_asked(self):
+        for args in (["status", self.JOB], ["watch", self.JOB]):
+            with self.subTest(args=args):
+                result = self.ctl(*args)
+                self.assertEqual(result.returncode, 1)
+                self.assertEqual(result.stderr,
+                                 f"musterctl: no job '{self.JOB}' on 127.0.0.1:{self.port}\n")
+        result = self.ctl("status", token=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("refused the call", result.stderr)
+        result = self.ctl("status", "--token-file", self.token_file("wrong", "f" * 32))
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("refused the call", result.stderr)
+        result = self.ctl("status")
+        self.assertEqual((result.returncode, result.stdout), (0, "no jobs\n"), result.stderr)
+        self.assertEqual(json.loads(self.ctl("status", "--json").stdout), {"jobs": [], "total": 0})
+        closed = reserve_port()
+        result = run([MUSTERCTL, "status", "--endpoint", f"127.0.0.1:{closed}"], timeout=30)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("not reachable", result.stderr)
+        for args in (["watch"], ["stop"], ["status", "--munge", "--token-file", self.token],
+                     ["status", "--token-file", self.path("missing")],
+                     ["status", "--munge-socket", "/x"]):
+            with self.subTest(args=args):
+                result = run([MUSTERCTL, args[0], "--endpoint", f"127.0.0.1:{self.port}",
+                              *args[1:]], timeout=30)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertRegex(result.stderr, r"^musterctl: error: .+\n$")
+        result = run([MUSTERD, "--event-log", self.path("no/such/dir/events")], timeout=10)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--event-log=", result.stderr)
 
 
 class EventLog(TempDirTest):

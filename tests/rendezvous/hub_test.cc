@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "rendezvous/journal.h"
@@ -371,6 +373,66 @@ TEST_F(HubJournalTest, WhenTheJournalCannotBeWrittenNothingThatDependsOnItIsDeli
   EXPECT_EQ(Join("b", Request("b", Config(1, 1))).Wait().status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_THAT(failures_, SizeIs(1)) << "told once";
+}
+
+// An observer (musterctl watch) gets the job's history, then each event as
+// it happens, in order, up to the close; the event sink (musterd
+// --event-log) gets every job's events in the same order.
+TEST(HubObserverTest, AnObserverGetsTheHistoryThenTheEventsUpToTheClose) {
+  FakeClock clock;
+  std::vector<std::string> sunk;
+  HubOptions options = FakeTimeHub(&clock);
+  options.on_event = [&sunk](const JobEvent& event) {
+    sunk.push_back(absl::StrCat(event.job_id(), " ", event.kind()));
+  };
+  RendezvousHub hub(options);
+  EXPECT_EQ(hub.ObserveJob("job", hub.NewTicket(), {}).code(), absl::StatusCode::kNotFound);
+
+  const JobConfig config = Config(2, 2);
+  Pending<absl::StatusOr<Assignment>> a;
+  hub.Join(Request("a", config), "10.0.0.1", hub.NewTicket(), a.Callback());
+  std::vector<JobEvent::Kind> seen;
+  int flushes = 0;
+  absl::Status ended;
+  ASSERT_TRUE(hub.ObserveJob("job", hub.NewTicket(),
+                             RendezvousHub::Observer{
+                                 [&seen](const JobEvent& event) { seen.push_back(event.kind()); },
+                                 [&flushes] { ++flushes; },
+                                 [&ended](absl::Status status) { ended = status; }})
+                  .ok());
+  EXPECT_THAT(seen, ::testing::ElementsAre(JobEvent::NODE_JOINED)) << "the history first";
+  EXPECT_EQ(flushes, 1);
+  Pending<absl::StatusOr<Assignment>> b;
+  hub.Join(Request("b", config), "10.0.0.1", hub.NewTicket(), b.Callback());
+  ASSERT_TRUE(b.Done());
+  EXPECT_THAT(seen, ::testing::ElementsAre(JobEvent::NODE_JOINED, JobEvent::NODE_JOINED,
+                                           JobEvent::ROUND_STARTED));
+  EXPECT_GE(flushes, 2);
+  ASSERT_TRUE(hub.Stop("job", "enough").ok());
+  EXPECT_EQ(seen.back(), JobEvent::JOB_CLOSED);
+  const size_t at_close = seen.size();
+  EXPECT_EQ(hub.Stop("job", "again").code(), absl::StatusCode::kFailedPrecondition);
+  hub.Shutdown();
+  EXPECT_TRUE(ended.ok()) << "forgotten after its final event, not ended by the shutdown";
+  EXPECT_EQ(seen.size(), at_close);
+  EXPECT_THAT(sunk, ::testing::ElementsAre("job 1", "job 1", "job 3", "job 5"));
+}
+
+TEST(HubObserverTest, AShutdownEndsAnObserverOfARunningJob) {
+  FakeClock clock;
+  RendezvousHub hub(FakeTimeHub(&clock));
+  Pending<absl::StatusOr<Assignment>> a;
+  hub.Join(Request("a", Config(1, 1)), "10.0.0.1", hub.NewTicket(), a.Callback());
+  std::optional<absl::Status> ended;
+  const uint64_t ticket = hub.NewTicket();
+  ASSERT_TRUE(hub.ObserveJob("job", ticket,
+                             RendezvousHub::Observer{[](const JobEvent&) {}, [] {},
+                                                     [&ended](absl::Status s) { ended = s; }})
+                  .ok());
+  hub.Shutdown(RendezvousHub::Jobs::kKept);
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_EQ(ended->code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(hub.ObserveJob("job", hub.NewTicket(), {}).code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -83,8 +83,9 @@ class MungeServiceTest : public PrivateMungedTest {
     return context;
   }
 
-  // Join, Status, ReportFailure, ReportDone and Leave for node "a" of
-  // `job`, each with `credential`: their statuses, named.
+  // Join, Status, ReportFailure, ReportDone, Leave, ListJobs, Stop and
+  // WatchJob for node "a" of `job`, each with `credential`: their statuses,
+  // named.
   std::vector<std::pair<std::string, grpc::Status>> CallEachNeedingACredential(
       const std::optional<std::string>& credential, const std::string& job) {
     std::vector<std::pair<std::string, grpc::Status>> out;
@@ -113,6 +114,20 @@ class MungeServiceTest : public PrivateMungedTest {
     leave.set_node_secret(secret_a_);
     LeaveResponse left;
     out.emplace_back("Leave", stub_->Leave(Context(credential).get(), leave, &left));
+    ListJobsResponse jobs;
+    out.emplace_back("ListJobs",
+                     stub_->ListJobs(Context(credential).get(), ListJobsRequest(), &jobs));
+    StopRequest stop;
+    stop.set_job_id(job);
+    StopResponse stopped;
+    out.emplace_back("Stop", stub_->Stop(Context(credential).get(), stop, &stopped));
+    WatchJobRequest watch;
+    watch.set_job_id(job);
+    std::unique_ptr<grpc::ClientContext> context = Context(credential);
+    std::unique_ptr<grpc::ClientReader<JobEvent>> reader = stub_->WatchJob(context.get(), watch);
+    JobEvent event;
+    EXPECT_FALSE(reader->Read(&event)) << "a refused watch sent an event";
+    out.emplace_back("WatchJob", reader->Finish());
     return out;
   }
 
@@ -317,6 +332,57 @@ TEST_F(MungeServiceTest, OnMusterdAnotherUidsJobOfTheSameIdIsAnotherJob) {
   HeartbeatResponse answer;
   EXPECT_EQ(stub_->Heartbeat(&context, beat, &answer).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(MungeServiceTest, OnMusterdAnOperatorSeesAndStopsOnlyItsOwnUidsJobs) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to make a credential as nobody";
+  Serve(/*only_own_uid=*/false);
+  JoinNodeA();  // root's "job": one node, running
+  auto as_nobody = [&]() {
+    absl::StatusOr<std::string> credential = MungeCredentialAs(kNobody, munge_.socket);
+    EXPECT_TRUE(credential.ok()) << credential.status();
+    return Context(credential.value_or("none"));
+  };
+  ListJobsResponse listed;
+  ASSERT_TRUE(stub_->ListJobs(as_nobody().get(), ListJobsRequest(), &listed).ok());
+  EXPECT_EQ(listed.total(), 0) << "nobody sees none of root's jobs";
+  StopRequest stop;
+  stop.set_job_id("job");
+  StopResponse stopped;
+  EXPECT_EQ(stub_->Stop(as_nobody().get(), stop, &stopped).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  WatchJobRequest watch;
+  watch.set_job_id("job");
+  std::unique_ptr<grpc::ClientContext> context = as_nobody();
+  std::unique_ptr<grpc::ClientReader<JobEvent>> reader = stub_->WatchJob(context.get(), watch);
+  JobEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  absl::StatusOr<StatusResponse> still = server_->hub()->Status(absl::StrCat(::getuid(), "/job"));
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(still->state(), "running");
+
+  // Root itself sees its job under the id it gave, and its events name it so.
+  absl::StatusOr<std::string> mine = EncodeMungeCredential(munge_);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  ASSERT_TRUE(stub_->ListJobs(Context(*mine).get(), ListJobsRequest(), &listed).ok());
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_EQ(listed.jobs(0).job_id(), "job");
+  mine = EncodeMungeCredential(munge_);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  std::unique_ptr<grpc::ClientContext> own = Context(*mine);
+  own->set_deadline(absl::ToChronoTime(absl::Now() + kRpc));
+  reader = stub_->WatchJob(own.get(), watch);
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.kind(), JobEvent::NODE_JOINED);
+  EXPECT_EQ(event.job_id(), "job");
+  mine = EncodeMungeCredential(munge_);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  ASSERT_TRUE(stub_->Stop(Context(*mine).get(), stop, &stopped).ok());
+  while (reader->Read(&event)) {
+  }
+  EXPECT_EQ(event.kind(), JobEvent::JOB_CLOSED) << "the watch ends with the close";
+  EXPECT_TRUE(reader->Finish().ok());
 }
 
 TEST_F(MungeServiceTest, TheJobIdBoundIsOnTheCallersId) {

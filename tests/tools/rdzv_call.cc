@@ -178,6 +178,25 @@ int Main(int argc, char** argv) {
     return Unary<StatusRequest, StatusResponse>(
         json, &context, [s](auto* c, auto& r, auto* out) { return s->Status(c, r, out); });
   }
+  if (method == "ListJobs") {
+    return Unary<ListJobsRequest, ListJobsResponse>(
+        json, &context, [s](auto* c, auto& r, auto* out) { return s->ListJobs(c, r, out); });
+  }
+  if (method == "Stop") {
+    return Unary<StopRequest, StopResponse>(
+        json, &context, [s](auto* c, auto& r, auto* out) { return s->Stop(c, r, out); });
+  }
+  if (method == "WatchJob") {
+    WatchJobRequest request;
+    if (auto parsed = google::protobuf::util::JsonStringToMessage(json, &request); !parsed.ok()) {
+      return Usage(
+          absl::StrCat("the request is not a muster.rdzv.WatchJobRequest: ", parsed.ToString()));
+    }
+    std::unique_ptr<grpc::ClientReader<JobEvent>> reader = s->WatchJob(&context, request);
+    JobEvent event;
+    while (reader->Read(&event)) PrintJson(event);
+    return Finish(reader->Finish());
+  }
   if (method == "Watch") {
     WatchRequest request;
     if (auto parsed = google::protobuf::util::JsonStringToMessage(json, &request); !parsed.ok()) {
@@ -190,8 +209,8 @@ int Main(int argc, char** argv) {
     return Finish(reader->Finish());
   }
   return Usage(absl::StrCat("unknown method '", method,
-                            "'; give Join, Watch, Heartbeat, ReportFailure, ReportDone, Leave or "
-                            "Status"));
+                            "'; give Join, Watch, Heartbeat, ReportFailure, ReportDone, Leave, "
+                            "Status, ListJobs, Stop or WatchJob"));
 }
 
 }  // namespace
