@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -32,6 +33,64 @@ absl::StatusOr<OpenedEventLog> OpenEventLog(const std::string& path, absl::strin
                                   static_cast<unsigned>(st.st_mode & 0777));
   }
   return out;
+}
+
+EventLogWriter::EventLogWriter(UniqueFd fd, std::string name,
+                               std::function<void(const std::string&)> warn)
+    : fd_(std::move(fd)), name_(std::move(name)), warn_(std::move(warn)),
+      thread_([this] { Run(); }) {}
+
+EventLogWriter::~EventLogWriter() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void EventLogWriter::Append(std::string line) {
+  absl::MutexLock lock(&mu_);
+  if (pending_.size() >= kMaxPending) {
+    ++dropped_;
+    return;
+  }
+  pending_.push_back(std::move(line));
+}
+
+void EventLogWriter::Run() {
+  bool failed = false;
+  for (;;) {
+    std::deque<std::string> lines;
+    uint64_t dropped = 0;
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](EventLogWriter* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+            return self->stopping_ || !self->pending_.empty();
+          },
+          this));
+      lines.swap(pending_);
+      std::swap(dropped, dropped_);
+      stopping = stopping_;
+    }
+    if (dropped > 0 && !failed) {
+      warn_(absl::StrCat(name_, ": ", dropped, " event(s) left out: the file was written more ",
+                         "slowly than events came (at most ", kMaxPending, " wait)"));
+    }
+    for (const std::string& line : lines) {
+      if (failed) break;
+      // The file is opened O_NONBLOCK (a FIFO must not block its open);
+      // a regular file's write does not return EAGAIN, so a short write
+      // is a failure like any other.
+      if (write(fd_.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+        failed = true;
+        warn_(absl::StrCat(name_, ": cannot write (", std::strerror(errno),
+                           "); no more events go there"));
+      }
+    }
+    if (stopping) return;
+  }
 }
 
 }  // namespace muster

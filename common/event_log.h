@@ -3,11 +3,18 @@
 #ifndef MUSTER_COMMON_EVENT_LOG_H_
 #define MUSTER_COMMON_EVENT_LOG_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "common/unique_handle.h"
 
 namespace muster {
@@ -24,6 +31,38 @@ struct OpenedEventLog {
 // Errors (kInvalidArgument, naming the fix): it cannot be opened, or it is
 // not a regular file this user owns.
 absl::StatusOr<OpenedEventLog> OpenEventLog(const std::string& path, absl::string_view flag);
+
+// Writes an event log's lines from a thread of its own, in the order given,
+// so that whoever makes them (musterd's rendezvous, with its lock held)
+// never waits on the disk. Past kMaxPending lines not yet written, new ones
+// are dropped and counted rather than held. `warn` is told, from the
+// writer's thread, when lines are dropped and when a write fails (after
+// which nothing more is written).
+class EventLogWriter {
+ public:
+  static constexpr size_t kMaxPending = 10000;
+
+  EventLogWriter(UniqueFd fd, std::string name, std::function<void(const std::string&)> warn);
+  // Writes what is pending, then returns.
+  ~EventLogWriter();
+  EventLogWriter(const EventLogWriter&) = delete;
+  EventLogWriter& operator=(const EventLogWriter&) = delete;
+
+  // Queues one line (with its newline). Never blocks on the disk.
+  void Append(std::string line);
+
+ private:
+  void Run();
+
+  const UniqueFd fd_;
+  const std::string name_;  // "--event-log FILE", for messages
+  const std::function<void(const std::string&)> warn_;
+  absl::Mutex mu_;
+  std::deque<std::string> pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: started once the rest is made
+};
 
 }  // namespace muster
 

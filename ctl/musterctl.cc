@@ -83,6 +83,9 @@ void AddTargetOptions(CLI::App* command, Target& target) {
       ->capture_default_str();
 }
 
+// The largest answer musterctl takes (a status, a list of jobs).
+constexpr int kMaxAnswerBytes = 256 << 20;
+
 struct Connection {
   std::string endpoint;  // as dialled: host:port
   std::shared_ptr<grpc::Channel> channel;
@@ -112,7 +115,11 @@ absl::StatusOr<Connection> Connect(const Target& target) {
   }
   Connection out;
   out.endpoint = FormatEndpoint(*endpoint);
-  out.channel = grpc::CreateChannel(out.endpoint, credentials);
+  // A status of 10,000 nodes with long ids is several MiB, past gRPC's
+  // default of 4 MiB for what a client takes.
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxAnswerBytes);
+  out.channel = grpc::CreateCustomChannel(out.endpoint, credentials, args);
   out.timeout = absl::Seconds(seconds);
   return out;
 }

@@ -129,7 +129,8 @@ class RendezvousHub {
     // Runs after, without the lock: sends what was queued.
     std::function<void()> flush;
     // Runs once if the hub ends the observation before a final event
-    // (IsFinalEvent): at Shutdown.
+    // (IsFinalEvent): at Shutdown (kUnavailable), or when the job is
+    // forgotten with no final event in the observer's view (kNotFound).
     std::function<void(absl::Status)> on_end;
   };
   // Queues the job's last events (its history), then each new one up to

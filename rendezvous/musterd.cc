@@ -378,17 +378,13 @@ int Main(int argc, char** argv) {
     absl::StatusOr<OpenedEventLog> opened = OpenEventLog(event_log_path, "--event-log");
     if (!opened.ok()) return Error(kExitUsage, opened.status().message());
     if (opened->warning) Logger("musterd")->warn("{}", *opened->warning);
-    // Called in order with the hub's lock held: one write per line, as it happens.
-    auto fd = std::make_shared<UniqueFd>(std::move(opened->fd));
-    auto failed = std::make_shared<bool>(false);
-    options.hub.on_event = [fd, failed, event_log_path](const rdzv::JobEvent& event) {
-      if (*failed) return;
-      const std::string line = EventJsonLine(rdzv::ToEventLine(event));
-      if (write(fd->get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-        *failed = true;
-        Logger("musterd")->warn("--event-log {}: cannot write ({}); no more events go there",
-                                event_log_path, std::strerror(errno));
-      }
+    // Called in order with the hub's lock held: the line is only queued,
+    // for the writer's thread (a slow disk does not hold the rendezvous).
+    auto writer = std::make_shared<EventLogWriter>(
+        std::move(opened->fd), absl::StrCat("--event-log ", event_log_path),
+        [](const std::string& warning) { Logger("musterd")->warn("{}", warning); });
+    options.hub.on_event = [writer](const rdzv::JobEvent& event) {
+      writer->Append(EventJsonLine(rdzv::ToEventLine(event)));
     };
   }
   rdzv::RouteGrpcLogsToSpdlog();

@@ -168,201 +168,183 @@ class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
   std::optional<PeerLimits::Slot> slot_;  // given back as the join completes
 };
 
-// A node's watch stream: events are written one at a time, in order; a
-// JobClosed event is the last, and the stream finishes after it. No gRPC
-// call is made while mu_ is held: gRPC may run a reaction inline.
+// A server stream of events: queued in order, written one at a time, and
+// finished after the last one (IsLast), or when ended. No gRPC call is made
+// while mu_ is held (gRPC may run a reaction inline), and at most one call
+// is in flight: only the holder of busy_ may start a write or the Finish,
+// so a Finish never races a StartWrite.
 //
-// Lifetime: `self_` is gRPC's reference, dropped in OnDone; the hub's
-// watcher holds another while the watch is open.
-class RendezvousService::WatchReactor final : public grpc::ServerWriteReactor<WatchEvent> {
+// Lifetime: `self_` is gRPC's reference, dropped in OnDone; the hub holds
+// another while the stream follows it.
+template <typename Event>
+class RendezvousService::QueuedStream : public grpc::ServerWriteReactor<Event> {
  public:
+  // Queues `event`. Ignored once the stream is ending; past max_queued
+  // events not yet written, the stream ends (kResourceExhausted) rather than
+  // the server holding more for a reader that does not read.
+  void Queue(Event event) {
+    absl::MutexLock lock(&mu_);
+    if (ending_ || overflowed_) return;
+    if (queue_.size() >= max_queued_) {
+      overflowed_ = true;
+      return;
+    }
+    queue_.push_back(std::move(event));  // a deque: the one being written stays put
+  }
+
+  // Starts writing what is queued, unless a write is in flight already.
+  void Flush() { Run(TakeStep(/*done_writing=*/false, std::nullopt)); }
+
+  // Ends the stream with `status`; what is still queued is not sent.
+  void End(const grpc::Status& status) { Run(TakeStep(/*done_writing=*/false, status)); }
+
+  void OnWriteDone(bool ok) override {
+    Run(TakeStep(
+        /*done_writing=*/true,
+        ok ? std::nullopt
+           : std::optional(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watch stream broken"))));
+  }
+
+  void OnCancel() override { End(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    Leave();
+    slot_.reset();  // the stream is over, whoever still holds this
+    self_.reset();  // may delete this: nothing after it
+  }
+
+ protected:
+  QueuedStream(size_t max_queued, PeerLimits::Slot slot)
+      : max_queued_(max_queued), slot_(std::move(slot)) {}
+  virtual ~QueuedStream() = default;
+
+  // Set by the creator, right after construction.
+  void set_self(std::shared_ptr<QueuedStream> self) { self_ = std::move(self); }
+
+ private:
+  // The last event of a stream: it finishes once this is written.
+  virtual bool IsLast(const Event& event) const = 0;
+  // Stops the hub from sending more (idempotent).
+  virtual void Leave() = 0;
+
+  struct Step {
+    const Event* write = nullptr;
+    std::optional<grpc::Status> finish;
+  };
+
+  Step TakeStep(bool done_writing, std::optional<grpc::Status> end) {
+    absl::MutexLock lock(&mu_);
+    if (done_writing) {
+      busy_ = false;
+      if (!end && IsLast(queue_.front())) end = grpc::Status::OK;
+      queue_.pop_front();
+    }
+    if (end && !ending_) ending_ = std::move(end);
+    if (overflowed_ && !ending_) {
+      ending_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             "this watch reads its events too slowly; watch again");
+    }
+    if (busy_ || finished_) return {};
+    if (ending_) {
+      busy_ = finished_ = true;
+      return {nullptr, *ending_};
+    }
+    if (queue_.empty()) return {};
+    busy_ = true;
+    return {&queue_.front(), std::nullopt};
+  }
+
+  void Run(const Step& step) {
+    if (step.write != nullptr) {
+      this->StartWrite(step.write);
+    } else if (step.finish) {
+      Leave();
+      this->Finish(*step.finish);
+    }
+  }
+
+  const size_t max_queued_;
+  std::optional<PeerLimits::Slot> slot_;  // OnDone only
+  std::shared_ptr<QueuedStream> self_;
+  absl::Mutex mu_;
+  std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
+  std::optional<grpc::Status> ending_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a write or the Finish is started
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A node's watch stream (Watch): its job's events for it; a JobClosed event
+// is the last.
+class RendezvousService::WatchReactor final : public QueuedStream<WatchEvent> {
+ public:
+  // Far more than a live node's agent ever lets pile up (a few per round).
+  static constexpr size_t kMaxQueued = 1024;
+
   static std::shared_ptr<WatchReactor> Create(std::shared_ptr<RendezvousHub> hub, NodeKey key,
                                               uint64_t ticket, PeerLimits::Slot slot) {
     std::shared_ptr<WatchReactor> reactor(
         new WatchReactor(std::move(hub), std::move(key), ticket, std::move(slot)));
-    reactor->self_ = reactor;
+    reactor->set_self(reactor);
     return reactor;
   }
 
   void Push(const WatchEvent& event) {
-    const WatchEvent* next = nullptr;
-    {
-      absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      queue_.push_back(event);  // a deque: the element being written stays put
-      next = NextWriteLocked();
-    }
-    if (next != nullptr) StartWrite(next);
-  }
-
-  void End(const grpc::Status& status) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      finished_ = true;
-    }
-    Finish(status);
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watch stream broken"));
-      return;
-    }
-    const WatchEvent* next = nullptr;
-    bool was_last = false;
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      was_last = queue_.front().has_job_closed();
-      queue_.pop_front();
-      if (!was_last) next = NextWriteLocked();
-    }
-    if (was_last) {
-      End(grpc::Status::OK);
-    } else if (next != nullptr) {
-      StartWrite(next);
-    }
-  }
-
-  void OnCancel() override {
-    hub_->CancelWatch(key_, ticket_);
-    End(grpc::Status::CANCELLED);
-  }
-
-  void OnDone() override {
-    hub_->CancelWatch(key_, ticket_);  // releases the hub's reference, if it still has one
-    slot_.reset();                     // the stream is over, whoever still holds this
-    self_.reset();                     // may delete this: nothing after it
+    Queue(event);
+    Flush();
   }
 
  private:
   WatchReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket,
                PeerLimits::Slot slot)
-      : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket), slot_(std::move(slot)) {}
+      : QueuedStream(kMaxQueued, std::move(slot)), hub_(std::move(hub)), key_(std::move(key)),
+        ticket_(ticket) {}
 
-  const WatchEvent* NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_ || queue_.empty()) return nullptr;
-    writing_ = true;
-    return &queue_.front();
-  }
+  bool IsLast(const WatchEvent& event) const override { return event.has_job_closed(); }
+  void Leave() override { hub_->CancelWatch(key_, ticket_); }
 
   const std::shared_ptr<RendezvousHub> hub_;
   const NodeKey key_;
   const uint64_t ticket_;
-  std::optional<PeerLimits::Slot> slot_;  // OnDone only
-  std::shared_ptr<WatchReactor> self_;
-  absl::Mutex mu_;
-  std::deque<WatchEvent> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // An operator's watch of a job (WatchJob): the job's events, in order,
 // until its final one. The hub queues each event with its lock held
 // (Queue); the writes start outside it (Flush).
-class RendezvousService::JobWatchReactor final : public grpc::ServerWriteReactor<JobEvent> {
+class RendezvousService::JobWatchReactor final : public QueuedStream<JobEvent> {
  public:
-  // The most events queued for a watcher that reads too slowly; past it its
-  // stream ends (kResourceExhausted) rather than the server holding more.
-  static constexpr size_t kMaxQueued = 1024;
+  // An event is at most about 1.3 KiB (its detail is cut to 1 KiB), so a
+  // watch holds at most about 330 KiB, 21 MiB for a connection's 64 watches.
+  static constexpr size_t kMaxQueued = 256;
 
   static std::shared_ptr<JobWatchReactor> Create(std::shared_ptr<RendezvousHub> hub,
                                                  std::string hub_job_id, size_t prefix_length,
                                                  uint64_t ticket, PeerLimits::Slot slot) {
     std::shared_ptr<JobWatchReactor> reactor(new JobWatchReactor(
         std::move(hub), std::move(hub_job_id), prefix_length, ticket, std::move(slot)));
-    reactor->self_ = reactor;
+    reactor->set_self(reactor);
     return reactor;
   }
 
-  void Queue(const JobEvent& event) {
-    absl::MutexLock lock(&mu_);
-    if (finished_ || overflowed_) return;
-    if (queue_.size() >= kMaxQueued) {
-      overflowed_ = true;
-      return;
-    }
-    JobEvent& queued = queue_.emplace_back(event);  // a deque: the one being written stays put
-    queued.set_job_id(event.job_id().substr(prefix_length_));  // the caller's id
-  }
-
-  void Flush() {
-    const JobEvent* next = nullptr;
-    bool overflowed = false;
-    {
-      absl::MutexLock lock(&mu_);
-      overflowed = overflowed_ && !writing_;
-      if (!overflowed) next = NextWriteLocked();
-    }
-    if (overflowed) {
-      End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                       "this watch reads its events too slowly; watch again"));
-    } else if (next != nullptr) {
-      StartWrite(next);
-    }
-  }
-
-  void End(const grpc::Status& status) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      finished_ = true;
-    }
-    hub_->CancelObserve(hub_job_id_, ticket_);
-    Finish(status);
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watch stream broken"));
-      return;
-    }
-    bool was_last = false;
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      was_last = IsFinalEvent(queue_.front());
-      queue_.pop_front();
-    }
-    if (was_last) {
-      End(grpc::Status::OK);
-    } else {
-      Flush();
-    }
-  }
-
-  void OnCancel() override { End(grpc::Status::CANCELLED); }
-
-  void OnDone() override {
-    hub_->CancelObserve(hub_job_id_, ticket_);
-    slot_.reset();
-    self_.reset();  // may delete this: nothing after it
+  void QueueEvent(const JobEvent& event) {
+    JobEvent told = event;
+    told.set_job_id(event.job_id().substr(prefix_length_));  // the caller's id
+    Queue(std::move(told));
   }
 
  private:
   JobWatchReactor(std::shared_ptr<RendezvousHub> hub, std::string hub_job_id, size_t prefix_length,
                   uint64_t ticket, PeerLimits::Slot slot)
-      : hub_(std::move(hub)), hub_job_id_(std::move(hub_job_id)), prefix_length_(prefix_length),
-        ticket_(ticket), slot_(std::move(slot)) {}
+      : QueuedStream(kMaxQueued, std::move(slot)), hub_(std::move(hub)),
+        hub_job_id_(std::move(hub_job_id)), prefix_length_(prefix_length), ticket_(ticket) {}
 
-  const JobEvent* NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_ || queue_.empty()) return nullptr;
-    writing_ = true;
-    return &queue_.front();
-  }
+  bool IsLast(const JobEvent& event) const override { return IsFinalEvent(event); }
+  void Leave() override { hub_->CancelObserve(hub_job_id_, ticket_); }
 
   const std::shared_ptr<RendezvousHub> hub_;
   const std::string hub_job_id_;
   const size_t prefix_length_;
   const uint64_t ticket_;
-  std::optional<PeerLimits::Slot> slot_;  // OnDone only
-  std::shared_ptr<JobWatchReactor> self_;
-  absl::Mutex mu_;
-  std::deque<JobEvent> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A watch refused before it opened.
@@ -691,15 +673,15 @@ grpc::ServerWriteReactor<JobEvent>* RendezvousService::WatchJob(
   const absl::Status observed =
       hub_->ObserveJob(job_id, ticket,
                        RendezvousHub::Observer{
-                           [reactor](const JobEvent& event) { reactor->Queue(event); },
+                           [reactor](const JobEvent& event) { reactor->QueueEvent(event); },
                            [reactor] { reactor->Flush(); },
                            [reactor](absl::Status status) { reactor->End(ToGrpcStatus(status)); }});
-  if (!observed.ok()) {
+  if (absl::IsNotFound(observed)) {
     // Told as the caller named it, not as the hub knows it.
     reactor->End(ToGrpcStatus(absl::NotFoundError(
-        absl::IsNotFound(observed)
-            ? absl::StrCat("no job '", ForLog(request->job_id()), "' on this server")
-            : std::string(observed.message()))));
+        absl::StrCat("no job '", ForLog(request->job_id()), "' on this server"))));
+  } else if (!observed.ok()) {
+    reactor->End(ToGrpcStatus(observed));
   }
   return reactor.get();
 }

@@ -97,6 +97,8 @@ class RendezvousService final : public Rendezvous::CallbackService {
 
  private:
   class JoinReactor;
+  template <typename Event>
+  class QueuedStream;
   class WatchReactor;
   class JobWatchReactor;
   // A watch (of a node or of a job) refused before it opened.

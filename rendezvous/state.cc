@@ -770,6 +770,11 @@ absl::Status RendezvousState::Stop(absl::string_view job_id, absl::string_view r
 
 void RendezvousState::AddEvent(Job& job, JobEvent::Kind kind, absl::string_view node_id,
                                absl::string_view detail, absl::Time now, Effects* effects) {
+  effects->events.push_back(KeepEvent(job, kind, node_id, detail, now));
+}
+
+const JobEvent& RendezvousState::KeepEvent(Job& job, JobEvent::Kind kind, absl::string_view node_id,
+                                           absl::string_view detail, absl::Time now) {
   JobEvent event;
   event.set_time_unix_ms(absl::ToUnixMillis(now));
   event.set_job_id(job.id);
@@ -778,9 +783,8 @@ void RendezvousState::AddEvent(Job& job, JobEvent::Kind kind, absl::string_view 
   event.set_node_id(std::string(node_id));
   event.set_detail(CutText(detail, kMaxEventDetailBytes));
   if (kind == JobEvent::JOB_CLOSED) event.set_succeeded(job.succeeded);
-  job.history.push_back(event);
-  if (job.history.size() > kMaxJobHistory) job.history.pop_front();
-  effects->events.push_back(std::move(event));
+  if (job.history.size() >= kMaxJobHistory) job.history.pop_front();
+  return job.history.emplace_back(std::move(event));
 }
 
 absl::StatusOr<std::optional<WatchEvent>> RendezvousState::CatchUp(const NodeKey& key,
@@ -1098,6 +1102,7 @@ RendezvousState::JobMap::iterator RendezvousState::Forget(JobMap::iterator it, E
     Record(effects, std::move(record));
   }
   if (it->second.phase != Phase::kClosed) --open_jobs_;
+  effects->forgotten.push_back(it->first);
   return jobs_.erase(it);
 }
 
@@ -1223,6 +1228,10 @@ absl::Status RendezvousState::Restore(const JournalRecord& record, absl::Time no
       job.succeeded = ended.event().job_closed().succeeded();
       job.close_reason = ended.event().job_closed().reason();
       job.closed_event = ended.event();
+      // Its events are not journaled, but how it ended is: a watch of it
+      // shows that, and ends.
+      job.history.clear();
+      KeepEvent(job, JobEvent::JOB_CLOSED, "", job.close_reason, now);
       job.joined.clear();
       job.waiting.clear();
       job.expected.clear();

@@ -48,6 +48,9 @@ struct Effects {
   // What happened to jobs, in order, for those who follow them (musterctl
   // watch, musterd --event-log, metrics).
   std::vector<JobEvent> events;
+  // Jobs the state no longer has (their retention ended, or nobody was in
+  // them): whoever still follows one is told it is gone.
+  std::vector<std::string> forgotten;
   // The durable changes, in order (StateOptions::journal): a server that
   // keeps its state writes them, durably, before anything else above
   // leaves it.
@@ -57,7 +60,7 @@ struct Effects {
 
   bool empty() const {
     return assigned.empty() && join_failed.empty() && pushed.empty() && log.empty() &&
-           events.empty() && journal.empty();
+           events.empty() && forgotten.empty() && journal.empty();
   }
 };
 
@@ -364,6 +367,9 @@ class RendezvousState {
   // Adds an event of `job` to its history and to effects->events.
   void AddEvent(Job& job, JobEvent::Kind kind, absl::string_view node_id, absl::string_view detail,
                 absl::Time now, Effects* effects);
+  // Adds an event of `job` to its history only, and returns it.
+  const JobEvent& KeepEvent(Job& job, JobEvent::Kind kind, absl::string_view node_id,
+                            absl::string_view detail, absl::Time now);
   // The status of `job` (see Status).
   StatusResponse JobStatus(const Job& job, std::optional<absl::Time> now, bool nodes) const;
 

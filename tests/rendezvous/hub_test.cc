@@ -335,6 +335,34 @@ TEST_F(HubJournalTest, AHubStartedAgainOnItsJournalContinuesTheJob) {
   EXPECT_EQ(hub_->Heartbeat(beat).status().code(), absl::StatusCode::kPermissionDenied);
 }
 
+// musterctl watch of a job that closed before a restart: its history is
+// gone, but how it ended is journaled; the watch shows that, and ends.
+TEST_F(HubJournalTest, AWatchOfAJobClosedBeforeARestartShowsTheCloseAndEnds) {
+  StartHub();
+  auto a = Join("a", Request("a", Config(1, 1)));
+  ASSERT_TRUE(a.Wait().ok());
+  ASSERT_TRUE(hub_->Stop("job", "maintenance").ok());
+  hub_->Shutdown(RendezvousHub::Jobs::kKept);
+  clock_.Advance(absl::Minutes(1));
+  StartHub();
+  std::vector<JobEvent> seen;
+  std::optional<absl::Status> ended;
+  ASSERT_TRUE(hub_->ObserveJob("job", hub_->NewTicket(),
+                               RendezvousHub::Observer{
+                                   [&seen](const JobEvent& event) { seen.push_back(event); }, [] {},
+                                   [&ended](absl::Status s) { ended = s; }})
+                  .ok());
+  ASSERT_THAT(seen, SizeIs(1));
+  EXPECT_EQ(seen[0].kind(), JobEvent::JOB_CLOSED);
+  EXPECT_FALSE(seen[0].succeeded());
+  EXPECT_THAT(seen[0].detail(), HasSubstr("stopped by an operator: maintenance"));
+  EXPECT_TRUE(IsFinalEvent(seen[0])) << "so the watch ends after it";
+  // The hub kept no observer (a shutdown would end it): nothing would
+  // follow a later job of the same id.
+  hub_->Shutdown();
+  EXPECT_FALSE(ended.has_value());
+}
+
 TEST_F(HubJournalTest, AJournalCompactedAsItGrewStillContinuesTheJob) {
   // Compacts at every change: the file is always a snapshot of the state.
   StartHub(JournalOptions{.compact_bytes = 1});
