@@ -311,6 +311,13 @@ void Agent::Impl::ReapChildren() {
       }
       continue;
     }
+    if (options_.metrics != nullptr) {
+      options_.metrics->WorkerExited(
+          worker->local_rank,
+          exit->status.signal != 0 ? -exit->status.signal : exit->status.exit_code,
+          // Not those this agent is stopping (after another's failure).
+          !exit->status.success() && !state_.stopping());
+    }
     WorkerFailure failure = workers_->Exited(*worker, exit->status);
     Do(state_.OnWorkerExit(exit->status, failure, clock_.Now()));
     if (state_.done()) return;
@@ -535,6 +542,10 @@ void Agent::Impl::Do(const action::StartWorkers& start) {
       placement.world_size, placement.group_rank, placement.group_world_size, placement.master_addr,
       placement.master_port, placement.restart_count, placement.max_restarts);
   last_round_told_ = std::max(last_round_told_, start.assignment.round());
+  if (options_.metrics != nullptr) {
+    options_.metrics->RoundStarted(start.assignment.round(), placement.restart_count,
+                                   started.count);
+  }
   Emit("round_started", start.assignment.round(),
        absl::StrCat("group rank ", placement.group_rank, " of ", placement.group_world_size,
                     ", ranks ", RankRange(placement.rank_base, started.count), " of ",

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "agent/config.h"
 #include "agent/exit_codes.h"
+#include "agent/metrics.h"
 #include "agent/process_runner.h"
 #include "common/clock.h"
 #include "common/unique_handle.h"
@@ -38,6 +39,9 @@ struct AgentOptions {
   // Where the events go besides the console (config.rdzv_conf.event_log,
   // opened for appending by the launcher); invalid: nowhere.
   UniqueFd event_log;
+  // Told of rounds and exits, for Prometheus (config.rdzv_conf.metrics_port,
+  // served by the launcher); null: none.
+  std::shared_ptr<AgentMetrics> metrics;
 };
 
 // The signals an agent with `config` handles. Block them in every thread

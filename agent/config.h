@@ -71,6 +71,12 @@ struct RdzvConf {
   // event_log=PATH: the agent's events (agent/events.h) appended to PATH,
   // one JSON object a line, each written as it happens. Empty: none.
   std::string event_log;
+  // metrics_port=PORT: serve Prometheus metrics at
+  // http://metrics_listen:PORT/metrics (the agent's, and the rendezvous'
+  // when this agent hosts it); 0 picks a free port. Unset: none.
+  std::optional<int> metrics_port;
+  // metrics_listen=ADDR: the address they listen on (an IP address).
+  std::string metrics_listen = "127.0.0.1";
   // The etcd backend: etcd's user and password (user=, password=), and
   // protocol=http|https (unset: as the endpoints say; https needs cacert).
   std::string etcd_user;

@@ -99,7 +99,8 @@ constexpr absl::string_view kRdzvConfKeys =
     "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
     "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
     "timeout (static and etcd backends: their join timeout), store_type (tcp), "
-    "token_file, cacert, cert, key, munge_socket, event_log (paths), auth (none/token/munge); "
+    "token_file, cacert, cert, key, munge_socket, event_log (paths), auth (none/token/munge), "
+    "metrics_port (0..65535), metrics_listen (an IP address); "
     "etcd: user, "
     "password, protocol (http/https), ca_cert, ssl_cert, ssl_cert_key";
 
@@ -139,6 +140,8 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "else munge inside Slurm where munged runs, else none);\n"
      "munge_socket=PATH (default /run/munge/munge.socket.2);\n"
      "event_log=PATH: the agent's events appended, one JSON object a line;\n"
+     "metrics_port=PORT: Prometheus metrics at http://127.0.0.1:PORT/metrics\n"
+     "(metrics_listen=ADDR: another address, e.g. 0.0.0.0);\n"
      "etcd: user=NAME,password=TEXT (etcd's own auth), protocol=http|https,\n"
      "and torchrun's etcd-v2 names ca_cert, ssl_cert, ssl_cert_key",
      "1.10"},
@@ -554,6 +557,15 @@ absl::Status ApplyRdzvConf(const Given& given, bool timeout_is_join, RdzvConf& c
       conf.munge_socket = std::string(value);
     } else if (key == "event_log") {
       conf.event_log = std::string(value);  // opened when the launch starts
+    } else if (key == "metrics_port") {
+      std::optional<int64_t> port = ToInt(value);
+      if (!port || *port < 0 || *port > 65535) {
+        return Invalid(given,
+                       absl::StrCat(key, " needs a port number 0..65535, not ", Shown(value)), fix);
+      }
+      conf.metrics_port = static_cast<int>(*port);
+    } else if (key == "metrics_listen") {
+      conf.metrics_listen = std::string(value);  // checked when the metrics start
     } else if (key == "timeout") {
       // c10d (and etcd-v2) read it not at all, nor does muster's c10d.
       if (!timeout_is_join) continue;

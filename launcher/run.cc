@@ -24,6 +24,7 @@
 #include "common/endpoint.h"
 #include "common/event_log.h"
 #include "common/log.h"
+#include "common/metrics_server.h"
 #include "common/open_files.h"
 #include "common/process_env.h"
 #include "launcher/local_address.h"
@@ -36,7 +37,9 @@
 #include "rendezvous/grpc_exit.h"
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/local_client.h"
+#include "rendezvous/metrics.h"
 #include "rendezvous/munge_credential.h"
+#include "rendezvous/node_secret.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/service.h"
 #include "rendezvous/state.h"
@@ -218,6 +221,7 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
       munge_auth.only_own_uid = true;
       server_options.munge = munge_auth;
     }
+    server_options.metrics = config.rdzv_conf.metrics_port.has_value();
     absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
         rdzv::RendezvousServer::Start(BindHost(endpoint->host), endpoint->port, server_options);
     if (started.ok()) {
@@ -389,13 +393,48 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
     credential.tls = tls;
   }
 
-  // From here on other threads exist (gRPC's): block the signals the agent reads first.
+  // From here on other threads exist (gRPC's, the metrics'): block the
+  // signals the agent reads first.
   BlockAgentSignals(config);
+  std::unique_ptr<MetricsServer> metrics;
+  std::shared_ptr<AgentMetrics> agent_metrics;
+  if (config.rdzv_conf.metrics_port) {
+    absl::StatusOr<std::unique_ptr<MetricsServer>> started =
+        MetricsServer::Start(config.rdzv_conf.metrics_listen, *config.rdzv_conf.metrics_port,
+                             "--rdzv-conf metrics_listen", "--rdzv-conf metrics_port");
+    if (!started.ok()) return started.status();
+    metrics = *std::move(started);
+    if (!credential.token.empty()) {
+      // The job's token guards what its metrics tell too.
+      metrics->RequireAuth(
+          [token = credential.token](const std::string&, const std::string& given) {
+            return rdzv::ConstantTimeEquals(given, token);
+          });
+    }
+    agent_metrics = std::make_shared<AgentMetrics>(config.rdzv_id, Clock::Real());
+    metrics->Add(agent_metrics);
+  }
   rdzv::RouteGrpcLogsToSpdlog();
   absl::StatusOr<Rendezvous> rendezvous =
       on_etcd ? SetUpEtcdRendezvous(config, credential.tls)
               : SetUpRendezvous(config, one_node, !log_level, credential);
-  if (!rendezvous.ok()) return rendezvous.status();
+  if (!rendezvous.ok()) {
+    if (metrics != nullptr) MetricsServer::LeaveToExit(std::move(metrics));
+    return rendezvous.status();
+  }
+  if (metrics != nullptr) {
+    // A hosting agent tells what its rendezvous holds too (a standalone
+    // one's takes no calls: only its jobs' figures).
+    if (rendezvous->server != nullptr && rendezvous->server->metrics() != nullptr) {
+      metrics->Add(rendezvous->server->metrics());
+    } else if (rendezvous->hub != nullptr) {
+      metrics->Add(std::make_shared<rdzv::RendezvousMetrics>(rendezvous->hub));
+    }
+    Logger("agent")->info(
+        "metrics: {} ({}{})", metrics->url(),
+        rendezvous->hub != nullptr ? "this agent's and its rendezvous'" : "this agent's",
+        credential.token.empty() ? "" : "; HTTP basic auth, the token as password");
+  }
 
   AgentOptions options;
   options.config = std::move(config);
@@ -409,11 +448,13 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   options.static_ranks = static_backend;
   options.base_env = EnvironmentEntries();
   options.event_log = std::move(event_log);
+  options.metrics = agent_metrics;
   absl::StatusOr<int> code = kExitWorkersFailed;
   {
     Agent agent(std::move(options), std::move(rendezvous->client));
     code = agent.Run();
   }
+  if (metrics != nullptr) MetricsServer::LeaveToExit(std::move(metrics));
   rendezvous->Shutdown();
   if (!code.ok()) {
     std::fprintf(stderr, "muster: error: %s\n", std::string(code.status().message()).c_str());

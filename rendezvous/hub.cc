@@ -391,6 +391,11 @@ void RendezvousHub::CancelObserve(const std::string& job_id, uint64_t ticket) {
   observers_.erase({job_id, ticket});
 }
 
+std::vector<RendezvousState::JobFigures> RendezvousHub::Figures() {
+  absl::MutexLock lock(&mu_);
+  return state_.Figures();
+}
+
 RendezvousHub::JobCount RendezvousHub::CountJobs() {
   absl::MutexLock lock(&mu_);
   return {state_.open_job_count(), state_.job_count()};

@@ -148,6 +148,8 @@ class RendezvousHub {
     size_t all = 0;
   };
   JobCount CountJobs();
+  // Every job's figures, for the metrics (RendezvousState::Figures).
+  std::vector<RendezvousState::JobFigures> Figures();
 
   // Runs every deadline due at the clock's now, as the timer thread does
   // when it wakes, and delivers what follows (failed joins, completed

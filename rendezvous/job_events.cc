@@ -17,6 +17,16 @@ std::string JobEventKindName(JobEvent::Kind kind) {
   }
 }
 
+std::string RoundReasonName(RoundChanged::Reason reason) {
+  switch (reason) {
+    case RoundChanged::REASON_UNSPECIFIED: return "start";
+    case RoundChanged::WORKER_FAILED: return "worker_failed";
+    case RoundChanged::NODE_JOINED: return "node_joined";
+    case RoundChanged::NODE_LOST: return "node_lost";
+    default: return "unknown";
+  }
+}
+
 EventLine ToEventLine(const JobEvent& event) {
   std::string detail = event.detail();
   if (event.kind() == JobEvent::JOB_CLOSED) {

@@ -23,6 +23,10 @@ namespace muster::rdzv {
 // "node_joined", ...; "unknown" for a kind this build does not know.
 std::string JobEventKindName(JobEvent::Kind kind);
 
+// Why a round was opened, as the metrics label it: "start" (a job's first
+// round, REASON_UNSPECIFIED), "worker_failed", "node_joined", "node_lost".
+std::string RoundReasonName(RoundChanged::Reason reason);
+
 // The event as an EventLine; a job_closed event's detail starts with
 // "succeeded: " or "failed: ".
 EventLine ToEventLine(const JobEvent& event);

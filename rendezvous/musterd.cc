@@ -27,6 +27,7 @@
 #include "common/event_log.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/metrics_server.h"
 #include "common/open_files.h"
 #include "common/release_mode.h"
 #include "common/unique_handle.h"
@@ -35,6 +36,7 @@
 #include "rendezvous/job_events.h"
 #include "rendezvous/journal.h"
 #include "rendezvous/munge_credential.h"
+#include "rendezvous/node_secret.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/service.h"
 #include "rendezvous/tls.h"
@@ -247,6 +249,18 @@ int Main(int argc, char** argv) {
                  "(time, job, round, node, kind, detail): node joined or lost, round started, "
                  "worker failed, job closed; what musterctl watch shows")
       ->type_name("FILE");
+  int metrics_port = -1;
+  app.add_option("--metrics-port", metrics_port,
+                 "serve Prometheus metrics at http://ADDR:PORT/metrics: jobs by state, each "
+                 "job's nodes, rounds and restarts, join latency, calls by method and code, "
+                 "auth failures (docs/METRICS.md); 0 picks a free port")
+      ->type_name("PORT");
+  std::string metrics_listen = "127.0.0.1";
+  app.add_option("--metrics-listen", metrics_listen,
+                 "the address the metrics listen on; they name jobs, so only this host may "
+                 "read them unless you give another (0.0.0.0 or ::: every interface)")
+      ->type_name("ADDR")
+      ->capture_default_str();
   std::string drain_text = "0s";
   app.add_option("--drain", drain_text,
                  "on SIGTERM or SIGINT, keep serving this long while gRPC's health service "
@@ -289,6 +303,14 @@ int Main(int argc, char** argv) {
     return Error(kExitUsage, absl::StrCat("--max-jobs ", max_jobs, ": give at least 1"));
   }
   options.hub.state.max_jobs = static_cast<size_t>(max_jobs);
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return Error(kExitUsage,
+                 absl::StrCat("--metrics-port ", metrics_port, ": give a port number 0..65535"));
+  }
+  if (metrics_port == -1 && app.count("--metrics-listen") > 0) {
+    return Error(kExitUsage, "--metrics-listen needs --metrics-port, the port to serve them on");
+  }
+  options.metrics = metrics_port >= 0;
   options.hub.state.max_closed_jobs = static_cast<size_t>(max_jobs);
   if (listen.empty()) return Error(kExitUsage, "--listen is empty; give an address, e.g. 0.0.0.0");
   if (std::count(listen.begin(), listen.end(), ':') == 1) {
@@ -407,6 +429,24 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> server =
       rdzv::RendezvousServer::Start(listen, port, options);
   if (!server.ok()) return Error(kExitCannotServe, WhyCannotListen(listen, port));
+  std::unique_ptr<MetricsServer> metrics;
+  if (options.metrics) {
+    absl::StatusOr<std::unique_ptr<MetricsServer>> started =
+        MetricsServer::Start(metrics_listen, metrics_port, "--metrics-listen", "--metrics-port");
+    if (!started.ok()) {
+      (*server)->Shutdown(absl::ZeroDuration(), rdzv::RendezvousHub::Jobs::kKept);
+      return Error(absl::IsInvalidArgument(started.status()) ? kExitUsage : kExitCannotServe,
+                   started.status().message());
+    }
+    metrics = *std::move(started);
+    if (!options.token.empty()) {
+      // The token guards what the metrics tell too (they name jobs).
+      metrics->RequireAuth([token = options.token](const std::string&, const std::string& given) {
+        return rdzv::ConstantTimeEquals(given, token);
+      });
+    }
+    metrics->Add((*server)->metrics());
+  }
   if (options.munge) {
     Logger("musterd")->info(
         "auth: munge (socket {}): calls without a credential are refused; each uid's jobs are "
@@ -445,6 +485,13 @@ int Main(int argc, char** argv) {
                             tls.cacert.empty() ? "not required" : "required", tls.cert);
   }
   Logger("musterd")->info("health: grpc.health.v1 on the same port, no credential needed: SERVING");
+  if (metrics != nullptr) {
+    Logger("musterd")->info(
+        "metrics: {} ({}{})", metrics->url(),
+        metrics_listen == "127.0.0.1" ? "this host only" : "every host that reaches this port",
+        options.token.empty() ? ", no password: they name jobs"
+                              : "; HTTP basic auth, the token as password");
+  }
   // Last: whoever waits for this line (a script, the tests) has the ones above.
   std::printf("musterd: serving rendezvous on %s\n",
               FormatEndpoint(listen, (*server)->port()).c_str());
@@ -488,6 +535,7 @@ int Main(int argc, char** argv) {
   }
   (*server)->Shutdown(kShutdownGrace,
                       kept ? rdzv::RendezvousHub::Jobs::kKept : rdzv::RendezvousHub::Jobs::kLost);
+  if (metrics != nullptr) MetricsServer::LeaveToExit(std::move(metrics));
   server->reset();
   options.hub.journal.reset();
   rdzv::WaitForGrpcShutdown(absl::Seconds(2));

@@ -40,9 +40,11 @@ std::string PeerHost(const std::string& raw_peer) {
 }
 
 RendezvousService::RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token,
-                                     PeerBounds bounds, std::optional<MungeAuth> munge)
+                                     PeerBounds bounds, std::optional<MungeAuth> munge,
+                                     std::shared_ptr<RendezvousMetrics> metrics)
     : hub_(std::move(hub)), token_(std::move(token)), munge_(std::move(munge)),
-      own_uid_(::getuid()), peers_(bounds.pending_joins, bounds.open_watches) {}
+      own_uid_(::getuid()), peers_(bounds.pending_joins, bounds.open_watches),
+      metrics_(std::move(metrics)) {}
 
 bool RendezvousService::Authenticated(grpc::CallbackServerContext* context, const char* method) {
   if (token_.empty()) return true;
@@ -140,14 +142,16 @@ absl::StatusOr<RendezvousService::Caller> RendezvousService::Admit(
 class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
  public:
   JoinReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket,
-              JoinResponse* response, PeerLimits::Slot slot)
+              JoinResponse* response, PeerLimits::Slot slot, RendezvousMetrics* metrics)
       : hub_(std::move(hub)), key_(std::move(key)), ticket_(ticket), response_(response),
-        slot_(std::move(slot)) {}
+        slot_(std::move(slot)), metrics_(metrics),
+        start_(metrics != nullptr ? absl::Now() : absl::InfinitePast()) {}
 
   void Complete(absl::StatusOr<Assignment> result) {
     // No longer pending: the connection's place is free now, not once gRPC
     // gets round to OnDone (which can be dozens of calls later).
     slot_.reset();
+    if (result.ok() && metrics_ != nullptr) metrics_->ObserveJoin(absl::Now() - start_);
     if (result.ok()) {
       *response_->mutable_assignment() = *std::move(result);
       response_->set_protocol_version(kProtocolVersion);
@@ -166,6 +170,8 @@ class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
   const uint64_t ticket_;
   JoinResponse* const response_;
   std::optional<PeerLimits::Slot> slot_;  // given back as the join completes
+  RendezvousMetrics* const metrics_;      // null: none
+  const absl::Time start_;
 };
 
 // A server stream of events: queued in order, written one at a time, and
@@ -513,7 +519,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   }
   const uint64_t ticket = hub_->NewTicket();
   auto* reactor = new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket,
-                                  response, *std::move(slot));
+                                  response, *std::move(slot), metrics_.get());
   hub_->Join(
       *request, PeerHost(peer), ticket,
       [this, reactor, peer, uid = caller->uid, job_id = request->job_id(),
@@ -705,9 +711,15 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     hub.state.stream_silence = options.ping_timeout;
   }
   server->hub_ = std::make_shared<RendezvousHub>(hub);
-  server->service_ = std::make_unique<RendezvousService>(server->hub_, options.token,
-                                                         options.per_peer, options.munge);
+  if (options.metrics) server->metrics_ = std::make_shared<RendezvousMetrics>(server->hub_);
+  server->service_ = std::make_unique<RendezvousService>(
+      server->hub_, options.token, options.per_peer, options.munge, server->metrics_);
   grpc::ServerBuilder builder;
+  if (server->metrics_ != nullptr) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
+    counters.push_back(server->metrics_->CallCounter());
+    builder.experimental().SetInterceptorCreators(std::move(counters));
+  }
   // Without this, gRPC sets SO_REUSEPORT and a second server on the same port
   // would silently share it instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -19,6 +19,7 @@
 #include "rendezvous/callback_ticker.h"
 #include "rendezvous/hub.h"
 #include "rendezvous/log_limiter.h"
+#include "rendezvous/metrics.h"
 #include "rendezvous/munge_credential.h"
 #include "rendezvous/peer_limits.h"
 #include "rendezvous/tls_files.h"
@@ -65,8 +66,10 @@ struct MungeAuth {
 // 3,800 a second with 8 clients, munged's own threads the bound).
 class RendezvousService final : public Rendezvous::CallbackService {
  public:
+  // `metrics` (null: none) is told how long each join waited.
   explicit RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token = "",
-                             PeerBounds bounds = {}, std::optional<MungeAuth> munge = std::nullopt);
+                             PeerBounds bounds = {}, std::optional<MungeAuth> munge = std::nullopt,
+                             std::shared_ptr<RendezvousMetrics> metrics = nullptr);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const JoinRequest* request,
                                  JoinResponse* response) override;
@@ -135,6 +138,7 @@ class RendezvousService final : public Rendezvous::CallbackService {
   // The uid this process runs as: the only one served with only_own_uid.
   const uid_t own_uid_;
   PeerLimits peers_;
+  const std::shared_ptr<RendezvousMetrics> metrics_;
   absl::Mutex log_mu_;
   LogLimiter log_limiter_ ABSL_GUARDED_BY(log_mu_);
 };
@@ -189,6 +193,9 @@ struct ServerOptions {
   // Munge credentials (see RendezvousService); with a token too, the token
   // is what is checked.
   std::optional<MungeAuth> munge;
+  // Keep the figures of RendezvousMetrics (RendezvousServer::metrics):
+  // every call counted, each join timed.
+  bool metrics = false;
 };
 
 // A gRPC server hosting one RendezvousService.
@@ -222,6 +229,9 @@ class RendezvousServer {
   // The hub behind the service: an agent in the same process talks to it
   // directly (see local_client.h) rather than through loopback gRPC.
   const std::shared_ptr<RendezvousHub>& hub() const { return hub_; }
+  // The server's metrics, for an exposer to serve; null unless
+  // ServerOptions::metrics.
+  const std::shared_ptr<RendezvousMetrics>& metrics() const { return metrics_; }
   // What the health service (HealthService, on the same port) answers:
   // SERVING from Start on, NOT_SERVING after SetServing(false), e.g. while
   // musterd drains.
@@ -238,6 +248,7 @@ class RendezvousServer {
   // gRPC's callback threads (callback_ticker.h).
   std::shared_ptr<CallbackTicker> ticker_;
   std::shared_ptr<RendezvousHub> hub_;
+  std::shared_ptr<RendezvousMetrics> metrics_;
   std::unique_ptr<RendezvousService> service_;
   HealthService health_;
   std::unique_ptr<grpc::Server> server_;

@@ -743,6 +743,22 @@ ListJobsResponse RendezvousState::ListJobs(absl::string_view prefix, absl::Time 
   return response;
 }
 
+std::vector<RendezvousState::JobFigures> RendezvousState::Figures() const {
+  std::vector<JobFigures> out;
+  out.reserve(jobs_.size());
+  for (const auto& [id, job] : jobs_) {
+    JobFigures& figures = out.emplace_back();
+    figures.id = id;
+    figures.state = job.phase == Phase::kOpen      ? "open"
+                    : job.phase == Phase::kRunning ? "running"
+                                                   : "closed";
+    figures.nodes = static_cast<int64_t>(job.nodes.size());
+    figures.restarts = job.restart_count;
+    figures.rounds = job.rounds_by_reason;
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<JobEvent>> RendezvousState::History(absl::string_view job_id) const {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -928,6 +944,10 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
       absl::StrCat(order.size(), " nodes, world size ", world_size, ", master ", master.addr, ":",
                    master.info.master_port_candidate(), ", restarts ", job.restart_count, "/",
                    job.config.max_restarts());
+  const int reason = job.round > 0 && job.last_round_change
+                         ? job.last_round_change->round_changed().reason()
+                         : RoundChanged::REASON_UNSPECIFIED;
+  if (reason >= 0 && static_cast<size_t>(reason) < kRoundReasons) ++job.rounds_by_reason[reason];
   AddEvent(job, JobEvent::ROUND_STARTED, "", formed, now, effects);
   effects->log.push_back(absl::StrCat("job '", job.id, "' round ", job.round, ": ", formed));
 }

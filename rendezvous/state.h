@@ -7,6 +7,7 @@
 #ifndef MUSTER_RENDEZVOUS_STATE_H_
 #define MUSTER_RENDEZVOUS_STATE_H_
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -110,6 +111,8 @@ std::string CutText(absl::string_view text, size_t max_bytes);
 // watch starts with them), each event's detail cut to this, and its last
 // worker failures, their messages cut to this. About 40 KiB a job at most.
 inline constexpr size_t kMaxJobHistory = 32;
+// RoundChanged::Reason's values, 0 (a job's first round) included.
+inline constexpr size_t kRoundReasons = RoundChanged::Reason_MAX + 1;
 inline constexpr size_t kMaxEventDetailBytes = 1024;
 inline constexpr size_t kMaxRecentFailures = 4;
 inline constexpr size_t kMaxStatusMessageBytes = 4096;
@@ -253,6 +256,20 @@ class RendezvousState {
   // failure messages (at most kMaxListedJobs; `total` counts them all).
   ListJobsResponse ListJobs(absl::string_view prefix, absl::Time now) const;
 
+  // What the metrics tell of one job (muster_rendezvous_*).
+  struct JobFigures {
+    std::string id;
+    const char* state = "";  // "open", "running" or "closed", as in a status
+    int64_t nodes = 0;       // live nodes
+    int32_t restarts = 0;    // restarts used
+    // Rounds formed, by why each was opened: the index is a
+    // RoundChanged::Reason, REASON_UNSPECIFIED for the job's first round.
+    // Counted since the job came to this server, or since a restart.
+    std::array<int64_t, kRoundReasons> rounds{};
+  };
+  // Every job, by id.
+  std::vector<JobFigures> Figures() const;
+
   // The job's last events, oldest first (at most kMaxJobHistory).
   // Errors: kNotFound unknown job.
   absl::StatusOr<std::vector<JobEvent>> History(absl::string_view job_id) const;
@@ -317,6 +334,7 @@ class RendezvousState {
     std::optional<WatchEvent> closed_event;  // what every node was told at close
     absl::Time closed_at;
     std::optional<WatchEvent> last_round_change;
+    std::array<int64_t, kRoundReasons> rounds_by_reason{};  // see JobFigures
     bool journaled = false;  // a record of it was emitted: its end is one too
     // Nodes removed from the job, and why, so that a removed node that calls
     // again (an agent that was stopped) learns what happened to it; only a

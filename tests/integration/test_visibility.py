@@ -2,6 +2,8 @@
 against a real musterd and real agents on loopback."""
 import json
 import os
+import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -13,6 +15,24 @@ from test_musterd import MUSTERD
 from test_trust import TrustTest
 
 MUSTERCTL = os.environ.get("MUSTERCTL", os.path.join(ROOT, "build", "ctl", "musterctl"))
+
+
+METRICS_URL = re.compile(r"metrics: (http://\S+/metrics)")
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    """Prometheus' text format: {(name, sorted label pairs): value}."""
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = SAMPLE.match(line)
+        assert match, f"not a sample: {line!r}"
+        labels = tuple(sorted(LABEL.findall(match.group(2) or "")))
+        samples[(match.group(1), labels)] = float(match.group(3))
+    return samples
 
 
 class Health(TrustTest):
@@ -111,7 +131,7 @@ class JobView(TrustTest, OnDemandWorkers):
         self.token = self.token_file()
         self.events = self.path("musterd-events.jsonl")
         self.musterd, self.port = self.start_musterd("--token-file", self.token, "--event-log",
-                                                     self.events)
+                                                     self.events, "--metrics-port", "0")
         self.agents = []
 
     def logs(self):
@@ -124,7 +144,8 @@ class JobView(TrustTest, OnDemandWorkers):
             self.agents.append(self.spawn(name, [
                 MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{self.port}",
                 "--rdzv-id", self.JOB, "--nnodes", nnodes, "--max-restarts", max_restarts,
-                "--nproc-per-node", "1", "--rdzv-conf", "is_host=0", self.ON_DEMAND, self.work],
+                "--nproc-per-node", "1", "--rdzv-conf", "is_host=0,metrics_port=0",
+                self.ON_DEMAND, self.work],
                 MUSTER_TOKEN_FILE=self.token))
 
     def ctl(self, *args, token=True, timeout=30):
@@ -214,6 +235,106 @@ class JobView(TrustTest, OnDemandWorkers):
         self.assertEqual(len(replay.stdout.splitlines()), 7, replay.stdout)
         self.assertRegex(replay.stdout.splitlines()[-1],
                          r"round 1 +job_closed +succeeded: every node finished$")
+
+    def scrape(self, name):
+        """The samples at the /metrics that `name` (musterd, a0, ...) logged,
+        by (metric, labels); the text passes promtool check metrics."""
+        found = wait_for(lambda: METRICS_URL.search(self.read(f"{name}.err")), 30)
+        self.assertTrue(found, f"{name} logged no metrics URL:\n{self.logs()}")
+        url = METRICS_URL.search(self.read(f"{name}.err")).group(1)
+        # The job's token guards them: HTTP basic auth, the token as password.
+        refused = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", url], timeout=30)
+        self.assertEqual(refused.stdout, "401", refused.stderr)
+        wrong = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--user",
+                     "muster:guess", url], timeout=30)
+        self.assertEqual(wrong.stdout, "401", wrong.stderr)
+        curl = run(["curl", "-sSf", "--max-time", "10", "--user",
+                    f"muster:{read_file(self.token).strip()}", url], timeout=30)
+        self.assertEqual(curl.returncode, 0, curl.stderr)
+        check = subprocess.run(["promtool", "check", "metrics"], input=curl.stdout, text=True,
+                               capture_output=True, timeout=60)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr + curl.stdout)
+        return parse_metrics(curl.stdout)
+
+    def check_dashboard(self, scraped):
+        """examples/grafana-muster.json asks only for metrics that were scraped,
+        in queries promtool parses (as recording rules, Grafana's variables
+        given values)."""
+        with open(os.path.join(ROOT, "examples", "grafana-muster.json")) as f:
+            dashboard = json.load(f)
+        exprs = [target["expr"] for panel in dashboard["panels"]
+                 for target in panel.get("targets", [])]
+        self.assertGreaterEqual(len(exprs), 10)
+        for expr in exprs:
+            for name in re.findall(r"\b(muster_[a-z_]+)", expr):
+                self.assertIn(name, scraped, expr)
+        rules = self.path("dashboard-rules.yml")
+        with open(rules, "w") as f:
+            f.write("groups:\n- name: dashboard\n  rules:\n")
+            for n, expr in enumerate(exprs):
+                expr = expr.replace("$__rate_interval", "5m").replace("$job_id", ".*")
+                f.write(f"  - record: dashboard:query{n}\n    expr: {json.dumps(expr)}\n")
+        check = run(["promtool", "check", "rules", rules], timeout=60)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+
+    def test_metrics_during_a_job_that_fails_once_then_finishes(self):
+        if shutil.which("promtool") is None:
+            self.skipTest("no promtool (Debian's prometheus package; scripts/setup installs it)")
+        self.start_agents(3)
+        self.pids(0, ranks=3)
+        job = (("job_id", self.JOB),)
+        server = self.scrape("musterd")
+        self.assertEqual(server[("muster_rendezvous_jobs", (("state", "running"),))], 1)
+        self.assertEqual(server[("muster_rendezvous_jobs", (("state", "open"),))], 0)
+        self.assertEqual(server[("muster_rendezvous_nodes", job)], 3)
+        self.assertEqual(server[("muster_rendezvous_rounds_total", job + (("reason", "start"),))], 1)
+        self.assertEqual(server[("muster_rendezvous_restarts_total", job)], 0)
+        self.assertEqual(server[("muster_rendezvous_rpcs_total",
+                                 (("code", "OK"), ("method", "Join")))], 3)
+        self.assertEqual(server[("muster_rendezvous_join_seconds_count", ())], 3)
+        self.assertEqual(server[("muster_rendezvous_join_seconds_bucket", (("le", "+Inf"),))], 3)
+        self.assertEqual(server[("muster_rendezvous_auth_failures_total", ())], 0)
+        # A call without the token is an auth failure, counted as such.
+        self.assertEqual(self.ctl("status", self.JOB, token=False).returncode, 1)
+        server = self.scrape("musterd")
+        self.assertEqual(server[("muster_rendezvous_auth_failures_total", ())], 1)
+        self.assertEqual(server[("muster_rendezvous_rpcs_total",
+                                 (("code", "UNAUTHENTICATED"), ("method", "Status")))], 1)
+        for n in range(3):
+            agent = self.scrape(f"a{n}")
+            self.assertEqual(agent[("muster_agent_workers_running", job)], 1)
+            self.assertEqual(agent[("muster_agent_round", job)], 0)
+            self.assertEqual(agent[("muster_agent_restarts_total", job)], 0)
+            self.assertEqual(agent[("muster_agent_worker_failures_total", job)], 0)
+            self.assertGreater(agent[("muster_agent_round_seconds", job)], 0)
+
+        # Rank 1 fails: a restart, a round opened for it, and one agent's failure.
+        self.fail_rank(1, 0)
+        self.pids(1, ranks=3)
+        server = self.scrape("musterd")
+        self.assertEqual(server[("muster_rendezvous_rounds_total",
+                                 job + (("reason", "worker_failed"),))], 1)
+        self.assertEqual(server[("muster_rendezvous_restarts_total", job)], 1)
+        self.assertEqual(server[("muster_rendezvous_join_seconds_count", ())], 6)
+        agents = [self.scrape(f"a{n}") for n in range(3)]
+        self.assertEqual(sorted(a[("muster_agent_worker_failures_total", job)] for a in agents),
+                         [0, 0, 1])
+        failed = next(a for a in agents if a[("muster_agent_worker_failures_total", job)] == 1)
+        self.assertEqual(failed[("muster_agent_worker_exit_code", job + (("local_rank", "0"),))], 1)
+        for agent in agents:
+            self.assertEqual(agent[("muster_agent_round", job)], 1)
+            self.assertEqual(agent[("muster_agent_restarts_total", job)], 1)
+            self.assertEqual(agent[("muster_agent_workers_running", job)], 1)
+
+        self.check_dashboard({name for name, _ in server} | {name for a in agents for name, _ in a})
+
+        self.finish_workers()
+        for n, agent in enumerate(self.agents):
+            code, err = self.finish(agent, f"a{n}")
+            self.assertEqual(code, 0, err)
+        server = self.scrape("musterd")
+        self.assertEqual(server[("muster_rendezvous_jobs", (("state", "closed"),))], 1)
+        self.assertEqual(server[("muster_rendezvous_jobs", (("state", "running"),))], 0)
 
     def test_stop_ends_a_running_job(self):
         self.start_agents(3)

@@ -1,0 +1,74 @@
+#include "agent/metrics.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/prometheus_samples.h"
+
+namespace muster {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily OneSample(std::string name, std::string help, MetricType type,
+                       std::vector<ClientMetric::Label> labels, double value) {
+  MetricFamily family = EmptyFamily(std::move(name), std::move(help), type);
+  AddSample(family, std::move(labels), value);
+  return family;
+}
+
+}  // namespace
+
+AgentMetrics::AgentMetrics(std::string job_id, Clock& clock)
+    : job_id_(std::move(job_id)), clock_(clock) {}
+
+void AgentMetrics::RoundStarted(int64_t round, int32_t restarts, int workers) {
+  absl::MutexLock lock(&mu_);
+  round_ = round;
+  round_started_ = clock_.Now();
+  restarts_ = restarts;
+  running_ = workers;
+}
+
+void AgentMetrics::WorkerExited(int local_rank, int exit_code, bool failed) {
+  absl::MutexLock lock(&mu_);
+  if (running_ > 0) --running_;
+  exit_codes_[local_rank] = exit_code;
+  if (failed) ++failures_;
+}
+
+std::vector<MetricFamily> AgentMetrics::Collect() const {
+  const absl::Time now = clock_.Now();
+  absl::MutexLock lock(&mu_);
+  const std::vector<ClientMetric::Label> job{{"job_id", job_id_}};
+  std::vector<MetricFamily> out;
+  out.push_back(OneSample("muster_agent_workers_running", "This node's workers running now",
+                          MetricType::Gauge, job, running_));
+  out.push_back(OneSample("muster_agent_restarts_total",
+                          "Restarts the job has used, as of this node's last round",
+                          MetricType::Counter, job, restarts_));
+  out.push_back(OneSample("muster_agent_worker_failures_total",
+                          "This node's workers that failed (every round)", MetricType::Counter, job,
+                          static_cast<double>(failures_)));
+  if (round_) {
+    out.push_back(OneSample("muster_agent_round", "The round this node's workers run in",
+                            MetricType::Gauge, job, static_cast<double>(*round_)));
+    out.push_back(OneSample("muster_agent_round_seconds",
+                            "Seconds since this node's workers of the round started",
+                            MetricType::Gauge, job, absl::ToDoubleSeconds(now - round_started_)));
+  }
+  MetricFamily exits = EmptyFamily(
+      "muster_agent_worker_exit_code",
+      "The last exit code of each local rank's worker, in whichever round it exited (-N: "
+      "signal N)",
+      MetricType::Gauge);
+  for (const auto& [local_rank, code] : exit_codes_) {
+    AddSample(exits, {{"job_id", job_id_}, {"local_rank", absl::StrCat(local_rank)}}, code);
+  }
+  if (!exits.metric.empty()) out.push_back(std::move(exits));
+  return out;
+}
+
+}  // namespace muster

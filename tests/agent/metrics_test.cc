@@ -1,0 +1,76 @@
+// What an agent tells Prometheus: workers running, the round and its age,
+// restarts, failures, each local rank's last exit.
+#include "agent/metrics.h"
+
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <prometheus/text_serializer.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+
+namespace muster {
+namespace {
+
+// "name" or "name{local_rank}" → value; every sample carries job_id=job.
+std::map<std::string, double> Samples(const AgentMetrics& metrics) {
+  std::map<std::string, double> out;
+  for (const prometheus::MetricFamily& family : metrics.Collect()) {
+    for (const prometheus::ClientMetric& sample : family.metric) {
+      std::string key = family.name;
+      EXPECT_EQ(sample.label.front().name, "job_id");
+      EXPECT_EQ(sample.label.front().value, "job");
+      if (sample.label.size() > 1) absl::StrAppend(&key, "{", sample.label[1].value, "}");
+      out[key] = family.type == prometheus::MetricType::Counter ? sample.counter.value
+                                                                : sample.gauge.value;
+    }
+  }
+  return out;
+}
+
+TEST(AgentMetricsTest, RoundsExitsAndFailuresAreTold) {
+  FakeClock clock;
+  AgentMetrics metrics("job", clock);
+  std::map<std::string, double> samples = Samples(metrics);
+  EXPECT_EQ(samples["muster_agent_workers_running"], 0);
+  EXPECT_EQ(samples.count("muster_agent_round"), 0u) << "no round yet";
+  EXPECT_EQ(samples.count("muster_agent_round_seconds"), 0u);
+
+  metrics.RoundStarted(0, 0, 4);
+  clock.Advance(absl::Seconds(90));
+  samples = Samples(metrics);
+  EXPECT_EQ(samples["muster_agent_workers_running"], 4);
+  EXPECT_EQ(samples["muster_agent_round"], 0);
+  EXPECT_EQ(samples["muster_agent_round_seconds"], 90);
+  EXPECT_EQ(samples["muster_agent_restarts_total"], 0);
+
+  // Local rank 2 fails; the agent stops the others (not failures of theirs).
+  metrics.WorkerExited(2, 1, /*failed=*/true);
+  metrics.WorkerExited(0, -15, /*failed=*/false);
+  samples = Samples(metrics);
+  EXPECT_EQ(samples["muster_agent_workers_running"], 2);
+  EXPECT_EQ(samples["muster_agent_worker_failures_total"], 1);
+  EXPECT_EQ(samples["muster_agent_worker_exit_code{2}"], 1);
+  EXPECT_EQ(samples["muster_agent_worker_exit_code{0}"], -15);
+  EXPECT_EQ(samples.count("muster_agent_worker_exit_code{1}"), 0u) << "still running";
+
+  metrics.RoundStarted(1, 1, 4);
+  clock.Advance(absl::Seconds(5));
+  samples = Samples(metrics);
+  EXPECT_EQ(samples["muster_agent_round"], 1);
+  EXPECT_EQ(samples["muster_agent_round_seconds"], 5);
+  EXPECT_EQ(samples["muster_agent_restarts_total"], 1);
+  EXPECT_EQ(samples["muster_agent_workers_running"], 4);
+  EXPECT_EQ(samples["muster_agent_worker_failures_total"], 1) << "counted over every round";
+  EXPECT_EQ(samples["muster_agent_worker_exit_code{2}"], 1) << "the last exit stays";
+
+  const std::string text = prometheus::TextSerializer().Serialize(metrics.Collect());
+  EXPECT_NE(text.find("muster_agent_worker_exit_code{job_id=\"job\",local_rank=\"2\"} 1\n"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
+}  // namespace muster
