@@ -77,6 +77,9 @@ struct RdzvConf {
   std::optional<int> metrics_port;
   // metrics_listen=ADDR: the address they listen on (an IP address).
   std::string metrics_listen = "127.0.0.1";
+  // metrics_password_file=PATH: the password they ask for (HTTP basic auth);
+  // else the job's token, on 127.0.0.1 only (rendezvous/metrics.h).
+  std::string metrics_password_file;
   // The etcd backend: etcd's user and password (user=, password=), and
   // protocol=http|https (unset: as the endpoints say; https needs cacert).
   std::string etcd_user;

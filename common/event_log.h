@@ -5,16 +5,18 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/unique_handle.h"
 
 namespace muster {
@@ -34,13 +36,16 @@ absl::StatusOr<OpenedEventLog> OpenEventLog(const std::string& path, absl::strin
 
 // Writes an event log's lines from a thread of its own, in the order given,
 // so that whoever makes them (musterd's rendezvous, with its lock held)
-// never waits on the disk. Past kMaxPending lines not yet written, new ones
-// are dropped and counted rather than held. `warn` is told, from the
+// never waits on the disk. A line is written as soon as the writer is idle;
+// lines that come while it writes go in its next write, kBatchPause after
+// (each write holds whole lines). Past kMaxPending lines not yet written,
+// new ones are dropped and counted rather than held. `warn` is told, from the
 // writer's thread, when lines are dropped and when a write fails (after
 // which nothing more is written).
 class EventLogWriter {
  public:
   static constexpr size_t kMaxPending = 10000;
+  static constexpr absl::Duration kBatchPause = absl::Milliseconds(10);
 
   EventLogWriter(UniqueFd fd, std::string name, std::function<void(const std::string&)> warn);
   // Writes what is pending, then returns.
@@ -49,18 +54,23 @@ class EventLogWriter {
   EventLogWriter& operator=(const EventLogWriter&) = delete;
 
   // Queues one line (with its newline). Never blocks on the disk.
-  void Append(std::string line);
+  void Append(std::string_view line);
 
  private:
   void Run();
+  // All of `bytes`, across short writes. Errors: kInternal, saying why.
+  absl::Status WriteAll(std::string_view bytes);
 
   const UniqueFd fd_;
   const std::string name_;  // "--event-log FILE", for messages
   const std::function<void(const std::string&)> warn_;
   absl::Mutex mu_;
-  std::deque<std::string> pending_ ABSL_GUARDED_BY(mu_);
+  std::string pending_ ABSL_GUARDED_BY(mu_);  // whole lines, in order
+  size_t pending_lines_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool writer_idle_ ABSL_GUARDED_BY(mu_) = false;  // waiting on wake_
+  absl::CondVar wake_;
   std::thread thread_;  // last: started once the rest is made
 };
 

@@ -23,8 +23,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   if (!v6 && inet_pton(AF_INET, listen.c_str(), &parsed) != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(listen_option, " ", listen,
-                     ": give an IP address of this host: 127.0.0.1 (the default: this host only), "
-                     "0.0.0.0 or :: (every interface), or one interface's address"));
+                     ": give an IPv4 address of this host: 127.0.0.1 (the default: this host "
+                     "only), 0.0.0.0 (every interface), or one interface's address"));
   }
   // Debian's civetweb, under prometheus-cpp's exposer, is built without
   // IPv6 (mg_check_feature's 8); it would only say the port spec is bad.
@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   }
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
-        absl::StrCat(port_option, " ", port, ": give a port number 1..65535"));
+        absl::StrCat(port_option, " ", port, ": give a port number 0..65535 (0: any free one)"));
   }
   const std::string address = v6 ? absl::StrCat("[", listen, "]") : listen;
   const std::string option = absl::StrCat(port_option, " ", port);
@@ -45,9 +45,9 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   try {
     server->exposer_ = std::make_unique<prometheus::Exposer>(
         std::vector<std::string>{"listening_ports", absl::StrCat(address, ":", port),
-                                 // Scrapes are small and rare: two threads, and none held for long
-                                 // by a client that connects and sends nothing.
-                                 "num_threads", "2", "request_timeout_ms", "10000"});
+                                 // Scrapes are small and rare: four threads, each held
+                                 // at most 5 s by a client that connects and sends nothing.
+                                 "num_threads", "4", "request_timeout_ms", "5000"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat(option, ": cannot listen on ", address, ":", port, " (", e.what(),
@@ -63,6 +63,10 @@ MetricsServer::~MetricsServer() = default;
 
 void MetricsServer::LeaveToExit(std::unique_ptr<MetricsServer> server) {
   // Never destroyed: a static's destructor would wait the 2 s at exit.
+  // What it serves goes now (the exposer holds only weak pointers): its
+  // owners' destructors run as they would have (an event log's writer
+  // writes what waits), and a scrape during the exit finds nothing.
+  server->collectables_.clear();
   static auto* const left = new std::vector<std::unique_ptr<MetricsServer>>();
   ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
   absl::MutexLock lock(&mu);

@@ -22,7 +22,8 @@ namespace muster {
 
 class MetricsServer {
  public:
-  // Listens on listen:port (an IPv4 or IPv6 address; port 0 picks one).
+  // Listens on listen:port (an IP address; IPv6 only where civetweb was
+  // built with it, which Debian's is not; port 0 picks one).
   // `listen_option` and `port_option` name the settings in messages
   // ("--metrics-listen", "--metrics-port"). Errors, naming the fix:
   // kInvalidArgument `listen` is not an IP address or `port` no port;
@@ -35,10 +36,10 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  // Leaves `server` serving until the process exits, for a process about
+  // Leaves `server` listening until the process exits, for a process about
   // to exit: stopping civetweb takes up to 2 s (its listening thread looks
   // for the stop every 2 s), which an exit need not wait for. What it
-  // serves stays alive (and reachable) with it.
+  // served is let go now; later scrapes get an empty page.
   static void LeaveToExit(std::unique_ptr<MetricsServer> server);
 
   // Asks every scrape for HTTP basic auth that `check(user, password)`

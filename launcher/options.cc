@@ -100,7 +100,7 @@ constexpr absl::string_view kRdzvConfKeys =
     "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
     "timeout (static and etcd backends: their join timeout), store_type (tcp), "
     "token_file, cacert, cert, key, munge_socket, event_log (paths), auth (none/token/munge), "
-    "metrics_port (0..65535), metrics_listen (an IP address); "
+    "metrics_port (0..65535), metrics_listen (an IPv4 address), metrics_password_file (a path); "
     "etcd: user, "
     "password, protocol (http/https), ca_cert, ssl_cert, ssl_cert_key";
 
@@ -141,7 +141,8 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "munge_socket=PATH (default /run/munge/munge.socket.2);\n"
      "event_log=PATH: the agent's events appended, one JSON object a line;\n"
      "metrics_port=PORT: Prometheus metrics at http://127.0.0.1:PORT/metrics\n"
-     "(metrics_listen=ADDR: another address, e.g. 0.0.0.0);\n"
+     "(metrics_listen=ADDR: another address, e.g. 0.0.0.0;\n"
+     "metrics_password_file=PATH: the password they ask for);\n"
      "etcd: user=NAME,password=TEXT (etcd's own auth), protocol=http|https,\n"
      "and torchrun's etcd-v2 names ca_cert, ssl_cert, ssl_cert_key",
      "1.10"},
@@ -566,6 +567,8 @@ absl::Status ApplyRdzvConf(const Given& given, bool timeout_is_join, RdzvConf& c
       conf.metrics_port = static_cast<int>(*port);
     } else if (key == "metrics_listen") {
       conf.metrics_listen = std::string(value);  // checked when the metrics start
+    } else if (key == "metrics_password_file") {
+      conf.metrics_password_file = std::string(value);  // read when the launch starts
     } else if (key == "timeout") {
       // c10d (and etcd-v2) read it not at all, nor does muster's c10d.
       if (!timeout_is_join) continue;

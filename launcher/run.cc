@@ -399,17 +399,19 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   std::unique_ptr<MetricsServer> metrics;
   std::shared_ptr<AgentMetrics> agent_metrics;
   if (config.rdzv_conf.metrics_port) {
+    absl::StatusOr<std::string> password = rdzv::MetricsPassword(
+        config.rdzv_conf.metrics_password_file, credential.token, config.rdzv_conf.metrics_listen,
+        "--rdzv-conf metrics_password_file", "--rdzv-conf metrics_listen");
+    if (!password.ok()) return password.status();
     absl::StatusOr<std::unique_ptr<MetricsServer>> started =
         MetricsServer::Start(config.rdzv_conf.metrics_listen, *config.rdzv_conf.metrics_port,
                              "--rdzv-conf metrics_listen", "--rdzv-conf metrics_port");
     if (!started.ok()) return started.status();
     metrics = *std::move(started);
-    if (!credential.token.empty()) {
-      // The job's token guards what its metrics tell too.
-      metrics->RequireAuth(
-          [token = credential.token](const std::string&, const std::string& given) {
-            return rdzv::ConstantTimeEquals(given, token);
-          });
+    if (!password->empty()) {
+      metrics->RequireAuth([password = *password](const std::string&, const std::string& given) {
+        return rdzv::ConstantTimeEquals(given, password);
+      });
     }
     agent_metrics = std::make_shared<AgentMetrics>(config.rdzv_id, Clock::Real());
     metrics->Add(agent_metrics);
@@ -433,7 +435,10 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
     Logger("agent")->info(
         "metrics: {} ({}{})", metrics->url(),
         rendezvous->hub != nullptr ? "this agent's and its rendezvous'" : "this agent's",
-        credential.token.empty() ? "" : "; HTTP basic auth, the token as password");
+        !config.rdzv_conf.metrics_password_file.empty()
+            ? "; HTTP basic auth, metrics_password_file's password"
+        : !credential.token.empty() ? "; HTTP basic auth, the token as password"
+                                    : "");
   }
 
   AgentOptions options;

@@ -145,13 +145,6 @@ void RendezvousHub::ApplyLocked(Effects& effects, Deliveries* out) {
       it = final ? observers_.erase(it) : std::next(it);
     }
   }
-  for (const std::string& job_id : effects.forgotten) {
-    for (auto it = observers_.lower_bound({job_id, 0});
-         it != observers_.end() && it->first.first == job_id; it = observers_.erase(it)) {
-      out->observer_ends.emplace_back(
-          it->second, absl::NotFoundError("the job is over and the rendezvous forgot it"));
-    }
-  }
   if (effects.rearm_timer) state_changed_ = true;
   if (journal_ == nullptr || effects.journal.empty() || journal_failed_) return;
   absl::StatusOr<uint64_t> position = journal_->Append(effects.journal);

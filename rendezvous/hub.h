@@ -129,8 +129,9 @@ class RendezvousHub {
     // Runs after, without the lock: sends what was queued.
     std::function<void()> flush;
     // Runs once if the hub ends the observation before a final event
-    // (IsFinalEvent): at Shutdown (kUnavailable), or when the job is
-    // forgotten with no final event in the observer's view (kNotFound).
+    // (IsFinalEvent): at Shutdown (kUnavailable). Every job is forgotten
+    // after a final event (a closed one restored from a journal has its
+    // JOB_CLOSED in its history), so no observer outlives its job.
     std::function<void(absl::Status)> on_end;
   };
   // Queues the job's last events (its history), then each new one up to

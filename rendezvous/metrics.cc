@@ -1,17 +1,17 @@
 #include "rendezvous/metrics.h"
 
-#include <array>
-#include <utility>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
-#include <google/protobuf/descriptor.h>
-#include <grpcpp/support/interceptor.h>
+#include <array>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "common/prometheus_samples.h"
-#include "proto/rendezvous.pb.h"
 #include "rendezvous/job_events.h"
+#include "rendezvous/token.h"
 
 namespace muster::rdzv {
 namespace {
@@ -19,62 +19,38 @@ namespace {
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-// How a call's method is labelled: the Rendezvous service's by its name
-// ("Join"), the health service's as "Health/Check". Any other path (a
-// caller may send any) is "unknown", so the label's values stay bounded.
-std::string MethodLabel(absl::string_view path) {
-  static const google::protobuf::ServiceDescriptor* const rendezvous =
-      JoinRequest::descriptor()->file()->FindServiceByName("Rendezvous");
-  absl::string_view method = path;
-  if (absl::ConsumePrefix(&method, "/muster.rdzv.Rendezvous/") && rendezvous != nullptr &&
-      rendezvous->FindMethodByName(std::string(method)) != nullptr) {
-    return std::string(method);
-  }
-  method = path;
-  if (absl::ConsumePrefix(&method, "/grpc.health.v1.Health/") &&
-      (method == "Check" || method == "Watch")) {
-    return absl::StrCat("Health/", method);
-  }
-  return "unknown";
-}
-
-std::string CodeLabel(grpc::StatusCode code) {
+std::string CodeLabel(size_t code) {
   const std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
   return name.empty() ? "UNKNOWN" : name;
 }
 
-// Counts each call once, as its status goes out.
-class CallCounting final : public grpc::experimental::Interceptor {
- public:
-  CallCounting(RendezvousMetrics* metrics, const char* method)
-      : metrics_(metrics), method_(method == nullptr ? "" : method) {}
-
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(
-            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
-      metrics_->CountCall(method_, methods->GetSendStatus().error_code());
-    }
-    methods->Proceed();
-  }
-
- private:
-  RendezvousMetrics* const metrics_;
-  const absl::string_view method_;  // gRPC's, alive as long as the call
-};
-
-class CallCountingFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
- public:
-  explicit CallCountingFactory(RendezvousMetrics* metrics) : metrics_(metrics) {}
-  grpc::experimental::Interceptor* CreateServerInterceptor(
-      grpc::experimental::ServerRpcInfo* info) override {
-    return new CallCounting(metrics_, info->method());
-  }
-
- private:
-  RendezvousMetrics* const metrics_;
-};
-
 }  // namespace
+
+absl::StatusOr<std::string> MetricsPassword(const std::string& password_file,
+                                            const std::string& token, const std::string& listen,
+                                            absl::string_view file_option,
+                                            absl::string_view listen_option) {
+  if (!password_file.empty()) {
+    absl::StatusOr<std::string> password = ReadTokenFile(password_file);
+    if (!password.ok()) {
+      return absl::Status(password.status().code(),
+                          absl::StrCat(file_option, ": ", password.status().message()));
+    }
+    return password;
+  }
+  if (token.empty()) return std::string();
+  in_addr address;
+  const bool loopback =
+      inet_pton(AF_INET, listen.c_str(), &address) == 1 && (ntohl(address.s_addr) >> 24) == 127;
+  if (!loopback) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        listen_option, " ", listen,
+        ": the metrics are plain HTTP and ask for the job's token, so a scrape from another host "
+        "would carry the token in clear text; give ",
+        file_option, " FILE, a password for the metrics only (a mode 600 file of one line)"));
+  }
+  return token;
+}
 
 std::vector<double> JoinSecondsBuckets() {
   return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
@@ -98,9 +74,39 @@ RendezvousMetrics::RendezvousMetrics(std::shared_ptr<RendezvousHub> hub)
                         .Register(*registry_)
                         .Add({}, JoinSecondsBuckets())) {}
 
-void RendezvousMetrics::CountCall(absl::string_view method, grpc::StatusCode code) {
-  // Family::Add gives back the counter of these labels when it exists.
-  calls_.Add({{"method", MethodLabel(method)}, {"code", CodeLabel(code)}}).Increment();
+const char* RpcMethodName(RpcMethod method) {
+  switch (method) {
+    case RpcMethod::kJoin: return "Join";
+    case RpcMethod::kWatch: return "Watch";
+    case RpcMethod::kHeartbeat: return "Heartbeat";
+    case RpcMethod::kReportFailure: return "ReportFailure";
+    case RpcMethod::kReportDone: return "ReportDone";
+    case RpcMethod::kLeave: return "Leave";
+    case RpcMethod::kStatus: return "Status";
+    case RpcMethod::kListJobs: return "ListJobs";
+    case RpcMethod::kStop: return "Stop";
+    case RpcMethod::kWatchJob: return "WatchJob";
+    case RpcMethod::kHealthCheck: return "Health/Check";
+  }
+  return "unknown";
+}
+
+void RendezvousMetrics::CountCall(RpcMethod method, grpc::StatusCode code) {
+  const size_t code_index = static_cast<size_t>(code) < kCodes
+                                ? static_cast<size_t>(code)
+                                : static_cast<size_t>(grpc::StatusCode::UNKNOWN);
+  std::atomic<prometheus::Counter*>& slot =
+      call_counters_[static_cast<size_t>(method) * kCodes + code_index];
+  prometheus::Counter* counter = slot.load(std::memory_order_acquire);
+  if (counter == nullptr) {
+    absl::MutexLock lock(&add_mu_);
+    counter = slot.load(std::memory_order_relaxed);
+    if (counter == nullptr) {
+      counter = &calls_.Add({{"method", RpcMethodName(method)}, {"code", CodeLabel(code_index)}});
+      slot.store(counter, std::memory_order_release);
+    }
+  }
+  counter->Increment();
   if (code == grpc::StatusCode::UNAUTHENTICATED || code == grpc::StatusCode::PERMISSION_DENIED) {
     auth_failures_.Increment();
   }
@@ -108,11 +114,6 @@ void RendezvousMetrics::CountCall(absl::string_view method, grpc::StatusCode cod
 
 void RendezvousMetrics::ObserveJoin(absl::Duration waited) {
   join_seconds_.Observe(absl::ToDoubleSeconds(waited));
-}
-
-std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-RendezvousMetrics::CallCounter() {
-  return std::make_unique<CallCountingFactory>(this);
 }
 
 std::vector<MetricFamily> RendezvousMetrics::Collect() const {

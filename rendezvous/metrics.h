@@ -6,11 +6,13 @@
 #ifndef MUSTER_RENDEZVOUS_METRICS_H_
 #define MUSTER_RENDEZVOUS_METRICS_H_
 
+#include <array>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <grpcpp/support/server_interceptor.h>
+#include <grpcpp/support/status.h>
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -18,38 +20,73 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "rendezvous/hub.h"
 
 namespace muster::rdzv {
 
+// The calls counted in muster_rendezvous_rpcs_total, by method: the
+// Rendezvous service's, and the health service's Check. (A call of a method
+// the server does not have is answered by gRPC itself, and not counted.)
+enum class RpcMethod {
+  kJoin,
+  kWatch,
+  kHeartbeat,
+  kReportFailure,
+  kReportDone,
+  kLeave,
+  kStatus,
+  kListJobs,
+  kStop,
+  kWatchJob,
+  kHealthCheck,
+};
+inline constexpr size_t kRpcMethods = static_cast<size_t>(RpcMethod::kHealthCheck) + 1;
+// Its label: "Join", ..., "Health/Check".
+const char* RpcMethodName(RpcMethod method);
+
 class RendezvousMetrics final : public prometheus::Collectable {
  public:
   explicit RendezvousMetrics(std::shared_ptr<RendezvousHub> hub);
 
-  // A call of the rendezvous' (or its health service's) `method`, as gRPC
-  // names it ("/muster.rdzv.Rendezvous/Join"), ended with `code`. A call
-  // refused for its credential (kUnauthenticated, kPermissionDenied) is an
-  // auth failure too.
-  void CountCall(absl::string_view method, grpc::StatusCode code);
+  // A call of `method` was answered with `code`. One refused for its
+  // credential (kUnauthenticated, kPermissionDenied) is an auth failure too.
+  // Lock-free once the (method, code) pair has been seen.
+  void CountCall(RpcMethod method, grpc::StatusCode code);
   // A join that got its assignment, `waited` after it came.
   void ObserveJoin(absl::Duration waited);
-
-  // A factory of interceptors that count every call (CountCall), for
-  // grpc::ServerBuilder::experimental().SetInterceptorCreators.
-  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> CallCounter();
 
   // The registry's families, then the jobs' (taken from the hub now).
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
+  static constexpr size_t kCodes = 17;  // gRPC's, OK to UNAUTHENTICATED
+
   const std::shared_ptr<RendezvousHub> hub_;
   const std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& calls_;
   prometheus::Counter& auth_failures_;
   prometheus::Histogram& join_seconds_;
+  // calls_' counter of each (method, code), made at its first call.
+  std::array<std::atomic<prometheus::Counter*>, kRpcMethods * kCodes> call_counters_{};
+  absl::Mutex add_mu_;  // orders the making
 };
+
+// The password a metrics endpoint asks for (HTTP basic auth); empty: none.
+// `password_file` (the metrics' own, read as a token file is, see token.h)
+// if given; else the job's `token`, which only a listener on 127.0.0.0/8
+// may use: the metrics are plain HTTP, and a scrape from another host would
+// carry the token in clear text. `file_option` and `listen_option` name the
+// settings in messages. Errors (kInvalidArgument or ReadTokenFile's, naming
+// the fix): the file cannot be used; a token with a listener beyond
+// loopback.
+absl::StatusOr<std::string> MetricsPassword(const std::string& password_file,
+                                            const std::string& token, const std::string& listen,
+                                            absl::string_view file_option,
+                                            absl::string_view listen_option);
 
 // The bounds of muster_rendezvous_join_seconds' buckets, in seconds: from a
 // join that finds its round ready to one that waits out a long last call.

@@ -35,6 +35,7 @@
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/job_events.h"
 #include "rendezvous/journal.h"
+#include "rendezvous/metrics.h"
 #include "rendezvous/munge_credential.h"
 #include "rendezvous/node_secret.h"
 #include "rendezvous/protocol.h"
@@ -257,10 +258,16 @@ int Main(int argc, char** argv) {
       ->type_name("PORT");
   std::string metrics_listen = "127.0.0.1";
   app.add_option("--metrics-listen", metrics_listen,
-                 "the address the metrics listen on; they name jobs, so only this host may "
-                 "read them unless you give another (0.0.0.0 or ::: every interface)")
+                 "the IPv4 address the metrics listen on; they name jobs, so only this host may "
+                 "read them unless you give another (0.0.0.0: every interface)")
       ->type_name("ADDR")
       ->capture_default_str();
+  std::string metrics_password_file;
+  app.add_option("--metrics-password-file", metrics_password_file,
+                 "the metrics ask for this password (HTTP basic auth, any user name), a mode 600 "
+                 "file of one line; without it they ask for --token-file's token, which only "
+                 "127.0.0.1 may carry (plain HTTP), and under --munge they need it")
+      ->type_name("FILE");
   std::string drain_text = "0s";
   app.add_option("--drain", drain_text,
                  "on SIGTERM or SIGINT, keep serving this long while gRPC's health service "
@@ -307,8 +314,11 @@ int Main(int argc, char** argv) {
     return Error(kExitUsage,
                  absl::StrCat("--metrics-port ", metrics_port, ": give a port number 0..65535"));
   }
-  if (metrics_port == -1 && app.count("--metrics-listen") > 0) {
-    return Error(kExitUsage, "--metrics-listen needs --metrics-port, the port to serve them on");
+  if (metrics_port == -1 &&
+      (app.count("--metrics-listen") > 0 || app.count("--metrics-password-file") > 0)) {
+    return Error(kExitUsage,
+                 "--metrics-listen and --metrics-password-file need --metrics-port, "
+                 "the port to serve the metrics on");
   }
   options.metrics = metrics_port >= 0;
   options.hub.state.max_closed_jobs = static_cast<size_t>(max_jobs);
@@ -365,6 +375,20 @@ int Main(int argc, char** argv) {
                                 "; start munged, or give --munge-socket PATH"));
     }
     options.munge = auth;
+  }
+  std::string metrics_password;  // empty: none asked
+  if (options.metrics) {
+    absl::StatusOr<std::string> password =
+        rdzv::MetricsPassword(metrics_password_file, options.token, metrics_listen,
+                              "--metrics-password-file", "--metrics-listen");
+    if (!password.ok()) return Error(kExitUsage, password.status().message());
+    if (password->empty() && munge) {
+      return Error(kExitUsage,
+                   "--metrics-port with --munge: the metrics would show every uid's jobs to "
+                   "whoever reaches the port; give --metrics-password-file FILE, a password for "
+                   "the metrics only (a mode 600 file of one line)");
+    }
+    metrics_password = *std::move(password);
   }
 
   if (const char* level = std::getenv("MUSTER_LOG_LEVEL")) {
@@ -430,20 +454,23 @@ int Main(int argc, char** argv) {
       rdzv::RendezvousServer::Start(listen, port, options);
   if (!server.ok()) return Error(kExitCannotServe, WhyCannotListen(listen, port));
   std::unique_ptr<MetricsServer> metrics;
+  const rdzv::RendezvousHub::Jobs on_failure = options.hub.journal != nullptr
+                                                   ? rdzv::RendezvousHub::Jobs::kKept
+                                                   : rdzv::RendezvousHub::Jobs::kLost;
   if (options.metrics) {
     absl::StatusOr<std::unique_ptr<MetricsServer>> started =
         MetricsServer::Start(metrics_listen, metrics_port, "--metrics-listen", "--metrics-port");
     if (!started.ok()) {
-      (*server)->Shutdown(absl::ZeroDuration(), rdzv::RendezvousHub::Jobs::kKept);
+      (*server)->Shutdown(absl::ZeroDuration(), on_failure);
       return Error(absl::IsInvalidArgument(started.status()) ? kExitUsage : kExitCannotServe,
                    started.status().message());
     }
     metrics = *std::move(started);
-    if (!options.token.empty()) {
-      // The token guards what the metrics tell too (they name jobs).
-      metrics->RequireAuth([token = options.token](const std::string&, const std::string& given) {
-        return rdzv::ConstantTimeEquals(given, token);
-      });
+    if (!metrics_password.empty()) {
+      metrics->RequireAuth(
+          [password = metrics_password](const std::string&, const std::string& given) {
+            return rdzv::ConstantTimeEquals(given, password);
+          });
     }
     metrics->Add((*server)->metrics());
   }
@@ -487,10 +514,12 @@ int Main(int argc, char** argv) {
   Logger("musterd")->info("health: grpc.health.v1 on the same port, no credential needed: SERVING");
   if (metrics != nullptr) {
     Logger("musterd")->info(
-        "metrics: {} ({}{})", metrics->url(),
-        metrics_listen == "127.0.0.1" ? "this host only" : "every host that reaches this port",
-        options.token.empty() ? ", no password: they name jobs"
-                              : "; HTTP basic auth, the token as password");
+        "metrics: {} ({}; {})", metrics->url(),
+        absl::StartsWith(metrics_listen, "127.") ? "this host only"
+                                                 : "every host that reaches this port",
+        !metrics_password_file.empty() ? "HTTP basic auth, --metrics-password-file's password"
+        : !metrics_password.empty()    ? "HTTP basic auth, the token as password"
+                                       : "no password: whoever reaches them reads the job names");
   }
   // Last: whoever waits for this line (a script, the tests) has the ones above.
   std::printf("musterd: serving rendezvous on %s\n",

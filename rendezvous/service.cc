@@ -151,7 +151,10 @@ class RendezvousService::JoinReactor final : public grpc::ServerUnaryReactor {
     // No longer pending: the connection's place is free now, not once gRPC
     // gets round to OnDone (which can be dozens of calls later).
     slot_.reset();
-    if (result.ok() && metrics_ != nullptr) metrics_->ObserveJoin(absl::Now() - start_);
+    if (metrics_ != nullptr) {
+      if (result.ok()) metrics_->ObserveJoin(absl::Now() - start_);
+      metrics_->CountCall(RpcMethod::kJoin, static_cast<grpc::StatusCode>(result.status().code()));
+    }
     if (result.ok()) {
       *response_->mutable_assignment() = *std::move(result);
       response_->set_protocol_version(kProtocolVersion);
@@ -220,8 +223,9 @@ class RendezvousService::QueuedStream : public grpc::ServerWriteReactor<Event> {
   }
 
  protected:
-  QueuedStream(size_t max_queued, PeerLimits::Slot slot)
-      : max_queued_(max_queued), slot_(std::move(slot)) {}
+  QueuedStream(size_t max_queued, PeerLimits::Slot slot, RendezvousMetrics* metrics,
+               RpcMethod method)
+      : max_queued_(max_queued), slot_(std::move(slot)), metrics_(metrics), method_(method) {}
   virtual ~QueuedStream() = default;
 
   // Set by the creator, right after construction.
@@ -234,6 +238,7 @@ class RendezvousService::QueuedStream : public grpc::ServerWriteReactor<Event> {
   virtual void Leave() = 0;
 
   struct Step {
+    bool leave = false;  // the stream is ending: the hub need send no more
     const Event* write = nullptr;
     std::optional<grpc::Status> finish;
   };
@@ -250,32 +255,43 @@ class RendezvousService::QueuedStream : public grpc::ServerWriteReactor<Event> {
       ending_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                              "this watch reads its events too slowly; watch again");
     }
-    if (busy_ || finished_) return {};
+    Step step;
+    if (ending_ && !left_) {
+      // At once, even while a write waits on a reader that does not read.
+      left_ = step.leave = true;
+    }
+    if (busy_ || finished_) return step;
     if (ending_) {
       busy_ = finished_ = true;
-      return {nullptr, *ending_};
+      step.finish = *ending_;
+      return step;
     }
-    if (queue_.empty()) return {};
+    if (queue_.empty()) return step;
     busy_ = true;
-    return {&queue_.front(), std::nullopt};
+    step.write = &queue_.front();
+    return step;
   }
 
   void Run(const Step& step) {
+    if (step.leave) Leave();
     if (step.write != nullptr) {
       this->StartWrite(step.write);
     } else if (step.finish) {
-      Leave();
+      if (metrics_ != nullptr) metrics_->CountCall(method_, step.finish->error_code());
       this->Finish(*step.finish);
     }
   }
 
   const size_t max_queued_;
   std::optional<PeerLimits::Slot> slot_;  // OnDone only
+  RendezvousMetrics* const metrics_;      // null: none
+  const RpcMethod method_;
   std::shared_ptr<QueuedStream> self_;
   absl::Mutex mu_;
   std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
   std::optional<grpc::Status> ending_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a write or the Finish is started
+  bool left_ ABSL_GUARDED_BY(mu_) = false;  // Leave is called (or about to be)
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -288,9 +304,10 @@ class RendezvousService::WatchReactor final : public QueuedStream<WatchEvent> {
   static constexpr size_t kMaxQueued = 1024;
 
   static std::shared_ptr<WatchReactor> Create(std::shared_ptr<RendezvousHub> hub, NodeKey key,
-                                              uint64_t ticket, PeerLimits::Slot slot) {
+                                              uint64_t ticket, PeerLimits::Slot slot,
+                                              RendezvousMetrics* metrics) {
     std::shared_ptr<WatchReactor> reactor(
-        new WatchReactor(std::move(hub), std::move(key), ticket, std::move(slot)));
+        new WatchReactor(std::move(hub), std::move(key), ticket, std::move(slot), metrics));
     reactor->set_self(reactor);
     return reactor;
   }
@@ -302,9 +319,9 @@ class RendezvousService::WatchReactor final : public QueuedStream<WatchEvent> {
 
  private:
   WatchReactor(std::shared_ptr<RendezvousHub> hub, NodeKey key, uint64_t ticket,
-               PeerLimits::Slot slot)
-      : QueuedStream(kMaxQueued, std::move(slot)), hub_(std::move(hub)), key_(std::move(key)),
-        ticket_(ticket) {}
+               PeerLimits::Slot slot, RendezvousMetrics* metrics)
+      : QueuedStream(kMaxQueued, std::move(slot), metrics, RpcMethod::kWatch), hub_(std::move(hub)),
+        key_(std::move(key)), ticket_(ticket) {}
 
   bool IsLast(const WatchEvent& event) const override { return event.has_job_closed(); }
   void Leave() override { hub_->CancelWatch(key_, ticket_); }
@@ -325,9 +342,10 @@ class RendezvousService::JobWatchReactor final : public QueuedStream<JobEvent> {
 
   static std::shared_ptr<JobWatchReactor> Create(std::shared_ptr<RendezvousHub> hub,
                                                  std::string hub_job_id, size_t prefix_length,
-                                                 uint64_t ticket, PeerLimits::Slot slot) {
+                                                 uint64_t ticket, PeerLimits::Slot slot,
+                                                 RendezvousMetrics* metrics) {
     std::shared_ptr<JobWatchReactor> reactor(new JobWatchReactor(
-        std::move(hub), std::move(hub_job_id), prefix_length, ticket, std::move(slot)));
+        std::move(hub), std::move(hub_job_id), prefix_length, ticket, std::move(slot), metrics));
     reactor->set_self(reactor);
     return reactor;
   }
@@ -340,9 +358,10 @@ class RendezvousService::JobWatchReactor final : public QueuedStream<JobEvent> {
 
  private:
   JobWatchReactor(std::shared_ptr<RendezvousHub> hub, std::string hub_job_id, size_t prefix_length,
-                  uint64_t ticket, PeerLimits::Slot slot)
-      : QueuedStream(kMaxQueued, std::move(slot)), hub_(std::move(hub)),
-        hub_job_id_(std::move(hub_job_id)), prefix_length_(prefix_length), ticket_(ticket) {}
+                  uint64_t ticket, PeerLimits::Slot slot, RendezvousMetrics* metrics)
+      : QueuedStream(kMaxQueued, std::move(slot), metrics, RpcMethod::kWatchJob),
+        hub_(std::move(hub)), hub_job_id_(std::move(hub_job_id)), prefix_length_(prefix_length),
+        ticket_(ticket) {}
 
   bool IsLast(const JobEvent& event) const override { return IsFinalEvent(event); }
   void Leave() override { hub_->CancelObserve(hub_job_id_, ticket_); }
@@ -357,7 +376,10 @@ class RendezvousService::JobWatchReactor final : public QueuedStream<JobEvent> {
 template <typename Event>
 class RendezvousService::RefusedStream final : public grpc::ServerWriteReactor<Event> {
  public:
-  explicit RefusedStream(const grpc::Status& status) { this->Finish(status); }
+  RefusedStream(const grpc::Status& status, RendezvousMetrics* metrics, RpcMethod method) {
+    if (metrics != nullptr) metrics->CountCall(method, status.error_code());
+    this->Finish(status);
+  }
   void OnDone() override { delete this; }
 };
 
@@ -454,12 +476,22 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
                                                const grpc::health::v1::HealthCheckRequest* request,
                                                grpc::health::v1::HealthCheckResponse* response) {
   if (!request->service().empty() && request->service() != Rendezvous::service_full_name()) {
+    if (metrics_ != nullptr) metrics_->CountCall(RpcMethod::kHealthCheck, grpc::NOT_FOUND);
     return FinishNow(context, absl::NotFoundError("unknown service"));
   }
   response->set_status(serving_.load(std::memory_order_relaxed)
                            ? grpc::health::v1::HealthCheckResponse::SERVING
                            : grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  if (metrics_ != nullptr) metrics_->CountCall(RpcMethod::kHealthCheck, grpc::OK);
   return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Answer(grpc::CallbackServerContext* context,
+                                                    RpcMethod method, const absl::Status& status) {
+  if (metrics_ != nullptr) {
+    metrics_->CountCall(method, static_cast<grpc::StatusCode>(status.code()));
+  }
+  return FinishNow(context, status);
 }
 
 void RendezvousService::LogRefusal(absl::string_view kind, const std::string& line) {
@@ -503,10 +535,10 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
                                                   const JoinRequest* raw_request,
                                                   JoinResponse* response) {
   absl::StatusOr<Caller> caller = Admit(context, "Join", /*credential=*/true);
-  if (!caller.ok()) return FinishNow(context, caller.status());
+  if (!caller.ok()) return Answer(context, RpcMethod::kJoin, caller.status());
   // The bounds are on the caller's id, whatever namespace it goes in.
   if (absl::Status id = ValidateJobId(raw_request->job_id()); !id.ok()) {
-    return FinishNow(context, id);
+    return Answer(context, RpcMethod::kJoin, id);
   }
   JoinRequest copy;
   const JoinRequest* request = &InNamespace(*raw_request, caller->job_prefix, &copy);
@@ -515,7 +547,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   if (!slot.ok()) {
     LogRefusal("peer-limit",
                absl::StrCat("refused a join from ", ForLog(peer), ": ", slot.status().message()));
-    return FinishNow(context, slot.status());
+    return Answer(context, RpcMethod::kJoin, slot.status());
   }
   const uint64_t ticket = hub_->NewTicket();
   auto* reactor = new JoinReactor(hub_, {request->job_id(), request->node().node_id()}, ticket,
@@ -542,7 +574,9 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
 grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackServerContext* context,
                                                                const WatchRequest* raw_request) {
   absl::StatusOr<Caller> caller = Admit(context, "Watch", /*credential=*/false);
-  if (!caller.ok()) return new RefusedStream<WatchEvent>(ToGrpcStatus(caller.status()));
+  if (!caller.ok())
+    return new RefusedStream<WatchEvent>(ToGrpcStatus(caller.status()), metrics_.get(),
+                                         RpcMethod::kWatch);
   WatchRequest copy;
   const WatchRequest* request = &InNamespace(*raw_request, caller->job_prefix, &copy);
   const std::string peer = context->peer();
@@ -550,11 +584,12 @@ grpc::ServerWriteReactor<WatchEvent>* RendezvousService::Watch(grpc::CallbackSer
   if (!slot.ok()) {
     LogRefusal("peer-limit",
                absl::StrCat("refused a watch from ", ForLog(peer), ": ", slot.status().message()));
-    return new RefusedStream<WatchEvent>(ToGrpcStatus(slot.status()));
+    return new RefusedStream<WatchEvent>(ToGrpcStatus(slot.status()), metrics_.get(),
+                                         RpcMethod::kWatch);
   }
   const uint64_t ticket = hub_->NewTicket();
-  std::shared_ptr<WatchReactor> reactor =
-      WatchReactor::Create(hub_, {request->job_id(), request->node_id()}, ticket, *std::move(slot));
+  std::shared_ptr<WatchReactor> reactor = WatchReactor::Create(
+      hub_, {request->job_id(), request->node_id()}, ticket, *std::move(slot), metrics_.get());
   hub_->Watch(*request, ticket,
               RendezvousHub::Watcher{[reactor](const WatchEvent& event) { reactor->Push(event); },
                                      [this, reactor, peer, job_id = request->job_id(),
@@ -569,83 +604,84 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
                                                        const HeartbeatRequest* raw_request,
                                                        HeartbeatResponse* response) {
   absl::StatusOr<Caller> caller = Admit(context, "Heartbeat", /*credential=*/false);
-  if (!caller.ok()) return FinishNow(context, caller.status());
+  if (!caller.ok()) return Answer(context, RpcMethod::kHeartbeat, caller.status());
   HeartbeatRequest copy;
   const HeartbeatRequest& request = InNamespace(*raw_request, caller->job_prefix, &copy);
   absl::StatusOr<int64_t> round = hub_->Heartbeat(request);
   if (round.ok()) response->set_round(*round);
   LogIfDenied("a heartbeat", context->peer(), request.job_id(), request.node_id(), round.status());
-  return FinishNow(context, round.status());
+  return Answer(context, RpcMethod::kHeartbeat, round.status());
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* context,
                                                            const ReportFailureRequest* raw_request,
                                                            ReportFailureResponse* response) {
   absl::StatusOr<Caller> caller = Admit(context, "ReportFailure", /*credential=*/true);
-  if (!caller.ok()) return FinishNow(context, caller.status());
+  if (!caller.ok()) return Answer(context, RpcMethod::kReportFailure, caller.status());
   ReportFailureRequest copy;
   const ReportFailureRequest& request = InNamespace(*raw_request, caller->job_prefix, &copy);
   const absl::Status status = hub_->ReportFailure(request);
   LogIfDenied("a failure report", context->peer(), request.job_id(), request.node_id(), status);
-  return FinishNow(context, status);
+  return Answer(context, RpcMethod::kReportFailure, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportDone(grpc::CallbackServerContext* context,
                                                         const ReportDoneRequest* raw_request,
                                                         ReportDoneResponse* response) {
   absl::StatusOr<Caller> caller = Admit(context, "ReportDone", /*credential=*/true);
-  if (!caller.ok()) return FinishNow(context, caller.status());
+  if (!caller.ok()) return Answer(context, RpcMethod::kReportDone, caller.status());
   ReportDoneRequest copy;
   const ReportDoneRequest& request = InNamespace(*raw_request, caller->job_prefix, &copy);
   const absl::Status status = hub_->ReportDone(request);
   LogIfDenied("a done report", context->peer(), request.job_id(), request.node_id(), status);
-  return FinishNow(context, status);
+  return Answer(context, RpcMethod::kReportDone, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* context,
                                                    const LeaveRequest* raw_request,
                                                    LeaveResponse* response) {
   absl::StatusOr<Caller> caller = Admit(context, "Leave", /*credential=*/true);
-  if (!caller.ok()) return FinishNow(context, caller.status());
+  if (!caller.ok()) return Answer(context, RpcMethod::kLeave, caller.status());
   LeaveRequest copy;
   const LeaveRequest& request = InNamespace(*raw_request, caller->job_prefix, &copy);
   const absl::Status status = hub_->Leave(request);
   LogIfDenied("a leave", context->peer(), request.job_id(), request.node_id(), status);
-  return FinishNow(context, status);
+  return Answer(context, RpcMethod::kLeave, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* context,
                                                     const StatusRequest* request,
                                                     StatusResponse* response) {
   absl::StatusOr<Caller> caller = Admit(context, "Status", /*credential=*/true);
-  if (!caller.ok()) return FinishNow(context, caller.status());
+  if (!caller.ok()) return Answer(context, RpcMethod::kStatus, caller.status());
   absl::StatusOr<StatusResponse> status =
       hub_->Status(absl::StrCat(caller->job_prefix, request->job_id()), request->nodes());
   if (status.ok()) {
     *response = *std::move(status);
     response->set_job_id(request->job_id());  // the caller's id, not the hub's
   }
-  return FinishNow(context, status.status());
+  return Answer(context, RpcMethod::kStatus, status.status());
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ListJobs(grpc::CallbackServerContext* context,
                                                       const ListJobsRequest* request,
                                                       ListJobsResponse* response) {
   absl::StatusOr<Caller> caller = Admit(context, "ListJobs", /*credential=*/true);
-  if (!caller.ok()) return FinishNow(context, caller.status());
+  if (!caller.ok()) return Answer(context, RpcMethod::kListJobs, caller.status());
   *response = hub_->ListJobs(caller->job_prefix);  // the caller's namespace only
   for (StatusResponse& job : *response->mutable_jobs()) {
     job.set_job_id(job.job_id().substr(caller->job_prefix.size()));
   }
-  return FinishNow(context, absl::OkStatus());
+  return Answer(context, RpcMethod::kListJobs, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Stop(grpc::CallbackServerContext* context,
                                                   const StopRequest* request,
                                                   StopResponse* response) {
   absl::StatusOr<Caller> caller = Admit(context, "Stop", /*credential=*/true);
-  if (!caller.ok()) return FinishNow(context, caller.status());
-  if (absl::Status id = ValidateJobId(request->job_id()); !id.ok()) return FinishNow(context, id);
+  if (!caller.ok()) return Answer(context, RpcMethod::kStop, caller.status());
+  if (absl::Status id = ValidateJobId(request->job_id()); !id.ok())
+    return Answer(context, RpcMethod::kStop, id);
   const absl::Status status =
       hub_->Stop(absl::StrCat(caller->job_prefix, request->job_id()), request->reason());
   if (status.ok()) {
@@ -655,27 +691,30 @@ grpc::ServerUnaryReactor* RendezvousService::Stop(grpc::CallbackServerContext* c
         caller->uid ? absl::StrCat(" (uid ", *caller->uid, ")") : std::string(),
         request->reason().empty() ? "no reason given" : ForLog(request->reason(), kMaxReasonBytes));
   }
-  return FinishNow(context, status);
+  return Answer(context, RpcMethod::kStop, status);
 }
 
 grpc::ServerWriteReactor<JobEvent>* RendezvousService::WatchJob(
     grpc::CallbackServerContext* context, const WatchJobRequest* request) {
   absl::StatusOr<Caller> caller = Admit(context, "WatchJob", /*credential=*/true);
-  if (!caller.ok()) return new RefusedStream<JobEvent>(ToGrpcStatus(caller.status()));
+  if (!caller.ok())
+    return new RefusedStream<JobEvent>(ToGrpcStatus(caller.status()), metrics_.get(),
+                                       RpcMethod::kWatchJob);
   if (absl::Status id = ValidateJobId(request->job_id()); !id.ok()) {
-    return new RefusedStream<JobEvent>(ToGrpcStatus(id));
+    return new RefusedStream<JobEvent>(ToGrpcStatus(id), metrics_.get(), RpcMethod::kWatchJob);
   }
   const std::string peer = context->peer();
   absl::StatusOr<PeerLimits::Slot> slot = peers_.Acquire(peer, PeerLimits::Kind::kWatch);
   if (!slot.ok()) {
     LogRefusal("peer-limit", absl::StrCat("refused a job watch from ", ForLog(peer), ": ",
                                           slot.status().message()));
-    return new RefusedStream<JobEvent>(ToGrpcStatus(slot.status()));
+    return new RefusedStream<JobEvent>(ToGrpcStatus(slot.status()), metrics_.get(),
+                                       RpcMethod::kWatchJob);
   }
   const std::string job_id = absl::StrCat(caller->job_prefix, request->job_id());
   const uint64_t ticket = hub_->NewTicket();
-  std::shared_ptr<JobWatchReactor> reactor =
-      JobWatchReactor::Create(hub_, job_id, caller->job_prefix.size(), ticket, *std::move(slot));
+  std::shared_ptr<JobWatchReactor> reactor = JobWatchReactor::Create(
+      hub_, job_id, caller->job_prefix.size(), ticket, *std::move(slot), metrics_.get());
   const absl::Status observed =
       hub_->ObserveJob(job_id, ticket,
                        RendezvousHub::Observer{
@@ -715,11 +754,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   server->service_ = std::make_unique<RendezvousService>(
       server->hub_, options.token, options.per_peer, options.munge, server->metrics_);
   grpc::ServerBuilder builder;
-  if (server->metrics_ != nullptr) {
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
-    counters.push_back(server->metrics_->CallCounter());
-    builder.experimental().SetInterceptorCreators(std::move(counters));
-  }
+  server->health_.set_metrics(server->metrics_.get());
   // Without this, gRPC sets SO_REUSEPORT and a second server on the same port
   // would silently share it instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -66,7 +66,7 @@ struct MungeAuth {
 // 3,800 a second with 8 clients, munged's own threads the bound).
 class RendezvousService final : public Rendezvous::CallbackService {
  public:
-  // `metrics` (null: none) is told how long each join waited.
+  // `metrics` (null: none) counts every call and times each join.
   explicit RendezvousService(std::shared_ptr<RendezvousHub> hub, std::string token = "",
                              PeerBounds bounds = {}, std::optional<MungeAuth> munge = std::nullopt,
                              std::shared_ptr<RendezvousMetrics> metrics = nullptr);
@@ -107,6 +107,9 @@ class RendezvousService final : public Rendezvous::CallbackService {
   // A watch (of a node or of a job) refused before it opened.
   template <typename Event>
   class RefusedStream;
+  // Finishes a unary call with `status`, counted for `method` (metrics_).
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, RpcMethod method,
+                                   const absl::Status& status);
   // Whether the call carries the token (always, with none configured);
   // logs a refusal.
   bool Authenticated(grpc::CallbackServerContext* context, const char* method);
@@ -194,7 +197,7 @@ struct ServerOptions {
   // is what is checked.
   std::optional<MungeAuth> munge;
   // Keep the figures of RendezvousMetrics (RendezvousServer::metrics):
-  // every call counted, each join timed.
+  // every call counted as it is answered, each join timed.
   bool metrics = false;
 };
 
@@ -211,9 +214,12 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
                                   const grpc::health::v1::HealthCheckRequest* request,
                                   grpc::health::v1::HealthCheckResponse* response) override;
   void SetServing(bool serving) { serving_.store(serving, std::memory_order_relaxed); }
+  // Counts each Check there (null: none). Before the server starts.
+  void set_metrics(RendezvousMetrics* metrics) { metrics_ = metrics; }
 
  private:
   std::atomic<bool> serving_{true};
+  RendezvousMetrics* metrics_ = nullptr;
 };
 
 class RendezvousServer {

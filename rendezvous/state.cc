@@ -1122,7 +1122,6 @@ RendezvousState::JobMap::iterator RendezvousState::Forget(JobMap::iterator it, E
     Record(effects, std::move(record));
   }
   if (it->second.phase != Phase::kClosed) --open_jobs_;
-  effects->forgotten.push_back(it->first);
   return jobs_.erase(it);
 }
 
@@ -1251,7 +1250,11 @@ absl::Status RendezvousState::Restore(const JournalRecord& record, absl::Time no
       // Its events are not journaled, but how it ended is: a watch of it
       // shows that, and ends.
       job.history.clear();
-      KeepEvent(job, JobEvent::JOB_CLOSED, "", job.close_reason, now);
+      KeepEvent(
+          job, JobEvent::JOB_CLOSED, "",
+          absl::StrCat(job.close_reason,
+                       " (closed before this rendezvous restarted: the time is the restart's)"),
+          now);
       job.joined.clear();
       job.waiting.clear();
       job.expected.clear();

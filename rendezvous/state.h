@@ -49,9 +49,6 @@ struct Effects {
   // What happened to jobs, in order, for those who follow them (musterctl
   // watch, musterd --event-log, metrics).
   std::vector<JobEvent> events;
-  // Jobs the state no longer has (their retention ended, or nobody was in
-  // them): whoever still follows one is told it is gone.
-  std::vector<std::string> forgotten;
   // The durable changes, in order (StateOptions::journal): a server that
   // keeps its state writes them, durably, before anything else above
   // leaves it.
@@ -61,7 +58,7 @@ struct Effects {
 
   bool empty() const {
     return assigned.empty() && join_failed.empty() && pushed.empty() && log.empty() &&
-           events.empty() && forgotten.empty() && journal.empty();
+           events.empty() && journal.empty();
   }
 };
 

@@ -34,37 +34,37 @@ TEST(AgentMetricsTest, RoundsExitsAndFailuresAreTold) {
   FakeClock clock;
   AgentMetrics metrics("job", clock);
   std::map<std::string, double> samples = Samples(metrics);
-  EXPECT_EQ(samples["muster_agent_workers_running"], 0);
+  EXPECT_EQ(samples.at("muster_agent_workers_running"), 0);
   EXPECT_EQ(samples.count("muster_agent_round"), 0u) << "no round yet";
   EXPECT_EQ(samples.count("muster_agent_round_seconds"), 0u);
 
   metrics.RoundStarted(0, 0, 4);
   clock.Advance(absl::Seconds(90));
   samples = Samples(metrics);
-  EXPECT_EQ(samples["muster_agent_workers_running"], 4);
-  EXPECT_EQ(samples["muster_agent_round"], 0);
-  EXPECT_EQ(samples["muster_agent_round_seconds"], 90);
-  EXPECT_EQ(samples["muster_agent_restarts_total"], 0);
+  EXPECT_EQ(samples.at("muster_agent_workers_running"), 4);
+  EXPECT_EQ(samples.at("muster_agent_round"), 0);
+  EXPECT_EQ(samples.at("muster_agent_round_seconds"), 90);
+  EXPECT_EQ(samples.at("muster_agent_restarts_total"), 0);
 
   // Local rank 2 fails; the agent stops the others (not failures of theirs).
   metrics.WorkerExited(2, 1, /*failed=*/true);
   metrics.WorkerExited(0, -15, /*failed=*/false);
   samples = Samples(metrics);
-  EXPECT_EQ(samples["muster_agent_workers_running"], 2);
-  EXPECT_EQ(samples["muster_agent_worker_failures_total"], 1);
-  EXPECT_EQ(samples["muster_agent_worker_exit_code{2}"], 1);
-  EXPECT_EQ(samples["muster_agent_worker_exit_code{0}"], -15);
+  EXPECT_EQ(samples.at("muster_agent_workers_running"), 2);
+  EXPECT_EQ(samples.at("muster_agent_worker_failures_total"), 1);
+  EXPECT_EQ(samples.at("muster_agent_worker_exit_code{2}"), 1);
+  EXPECT_EQ(samples.at("muster_agent_worker_exit_code{0}"), -15);
   EXPECT_EQ(samples.count("muster_agent_worker_exit_code{1}"), 0u) << "still running";
 
   metrics.RoundStarted(1, 1, 4);
   clock.Advance(absl::Seconds(5));
   samples = Samples(metrics);
-  EXPECT_EQ(samples["muster_agent_round"], 1);
-  EXPECT_EQ(samples["muster_agent_round_seconds"], 5);
-  EXPECT_EQ(samples["muster_agent_restarts_total"], 1);
-  EXPECT_EQ(samples["muster_agent_workers_running"], 4);
-  EXPECT_EQ(samples["muster_agent_worker_failures_total"], 1) << "counted over every round";
-  EXPECT_EQ(samples["muster_agent_worker_exit_code{2}"], 1) << "the last exit stays";
+  EXPECT_EQ(samples.at("muster_agent_round"), 1);
+  EXPECT_EQ(samples.at("muster_agent_round_seconds"), 5);
+  EXPECT_EQ(samples.at("muster_agent_restarts_total"), 1);
+  EXPECT_EQ(samples.at("muster_agent_workers_running"), 4);
+  EXPECT_EQ(samples.at("muster_agent_worker_failures_total"), 1) << "counted over every round";
+  EXPECT_EQ(samples.at("muster_agent_worker_exit_code{2}"), 1) << "the last exit stays";
 
   const std::string text = prometheus::TextSerializer().Serialize(metrics.Collect());
   EXPECT_NE(text.find("muster_agent_worker_exit_code{job_id=\"job\",local_rank=\"2\"} 1\n"),

@@ -87,7 +87,7 @@ TEST(MetricsServerTest, ABadAddressOrPortSaysWhatToGive) {
     absl::StatusOr<std::unique_ptr<MetricsServer>> server =
         MetricsServer::Start(bad, 9100, "--metrics-listen", "--metrics-port");
     EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_THAT(server.status().message(), HasSubstr("give an IP address")) << bad;
+    EXPECT_THAT(server.status().message(), HasSubstr("give an IPv4 address")) << bad;
   }
   absl::StatusOr<std::unique_ptr<MetricsServer>> server =
       MetricsServer::Start("127.0.0.1", 70000, "--metrics-listen", "--metrics-port");

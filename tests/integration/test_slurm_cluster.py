@@ -10,6 +10,7 @@ import unittest
 
 from harness import (PYTHON, RDZV_CALL, ROOT, TempDirTest, env, pid_alive, run, wait_for,
                      worker_records, WORKERS)
+from test_musterd import MUSTERD
 
 CLUSTER = os.path.join(ROOT, "tests", "slurm", "cluster.sh")
 SBATCH = os.path.join(ROOT, "scripts", "sbatch")
@@ -191,6 +192,13 @@ class RealSlurmMunge(SlurmCluster):
                                 ("WatchJob", {"jobId": job_id})):
             code, message = self.call(port, method, request, "--munge", user="nobody")
             self.assertEqual(code, "PERMISSION_DENIED", f"{method}: {message}")
+
+        # musterd --munge keeps uids apart; metrics with no password of their
+        # own would show every uid's jobs, so they are refused.
+        refused = run([MUSTERD, "--port", "0", "--munge", "--metrics-port", "0"], timeout=30)
+        self.assertEqual(refused.returncode, 2, refused.stderr)
+        self.assertIn("--metrics-port with --munge: the metrics would show every uid's jobs",
+                      refused.stderr)
 
         proc.wait(timeout=90)
         output = open(self.path("job.out")).read()

@@ -401,6 +401,45 @@ class JobView(TrustTest, OnDemandWorkers):
         self.assertEqual(result.returncode, 2)
         self.assertIn("--event-log=", result.stderr)
 
+    def test_metrics_settings_that_cannot_be_used(self):
+        password = self.token_file("metrics-password", "m" * 32)
+        for args, problem in [
+            # Plain HTTP beyond loopback would carry the job's token in clear.
+            (["--token-file", self.token, "--metrics-listen", "0.0.0.0"],
+             "give --metrics-password-file FILE"),
+            (["--metrics-listen", "::1"], "has no IPv6"),
+            (["--metrics-listen", "localhost"], "give an IPv4 address"),
+            (["--metrics-password-file", self.path("missing")], "--metrics-password-file: "),
+        ]:
+            with self.subTest(args=args):
+                result = run([MUSTERD, "--port", "0", "--metrics-port", "0", *args], timeout=30)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn(problem, result.stderr)
+        result = run([MUSTERD, "--port", "0", "--metrics-password-file", password], timeout=30)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("need --metrics-port", result.stderr)
+        # The agent's, the same rules.
+        result = run([MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                      f"127.0.0.1:{self.port}", "--rdzv-id", "x", "--rdzv-conf",
+                      "is_host=0,metrics_port=0,metrics_listen=0.0.0.0", self.ON_DEMAND,
+                      self.work], timeout=30, MUSTER_TOKEN_FILE=self.token)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("give --rdzv-conf metrics_password_file FILE", result.stderr)
+
+    def test_metrics_with_a_password_of_their_own(self):
+        password = self.token_file("metrics-password", "m" * 32)
+        proc, _ = self.start_musterd("--metrics-port", "0", "--metrics-listen", "0.0.0.0",
+                                     "--metrics-password-file", password, "--token-file",
+                                     self.token, name="musterd2")
+        url = METRICS_URL.search(self.read("musterd2.err")).group(1)
+        url = url.replace("0.0.0.0", "127.0.0.1")
+        with_token = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--user",
+                          f"muster:{read_file(self.token).strip()}", url], timeout=30)
+        self.assertEqual(with_token.stdout, "401", "the job's token is not the metrics' password")
+        with_password = run(["curl", "-sSf", "--user", f"muster:{'m' * 32}", url], timeout=30)
+        self.assertEqual(with_password.returncode, 0, with_password.stderr)
+        self.assertIn("muster_rendezvous_jobs{", with_password.stdout)
+
 
 class EventLog(TempDirTest):
     """--rdzv-conf event_log=FILE: the agent's events appended to FILE, one

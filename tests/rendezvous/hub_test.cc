@@ -355,7 +355,8 @@ TEST_F(HubJournalTest, AWatchOfAJobClosedBeforeARestartShowsTheCloseAndEnds) {
   ASSERT_THAT(seen, SizeIs(1));
   EXPECT_EQ(seen[0].kind(), JobEvent::JOB_CLOSED);
   EXPECT_FALSE(seen[0].succeeded());
-  EXPECT_THAT(seen[0].detail(), HasSubstr("stopped by an operator: maintenance"));
+  EXPECT_THAT(seen[0].detail(), HasSubstr("stopped by an operator: maintenance (closed before "
+                                          "this rendezvous restarted"));
   EXPECT_TRUE(IsFinalEvent(seen[0])) << "so the watch ends after it";
   // The hub kept no observer (a shutdown would end it): nothing would
   // follow a later job of the same id.
