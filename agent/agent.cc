@@ -24,7 +24,9 @@
 #include "agent/event_loop.h"
 #include "agent/events.h"
 #include "agent/file_timer.h"
+#include "agent/gpu_watcher.h"
 #include "agent/numa.h"
+#include "agent/nvml.h"
 #include "agent/output.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -84,6 +86,13 @@ std::string RandomSuffix() {
   return out;
 }
 
+// What --preflight allreduce runs on every rank: small sizes, a few seconds
+// (NCCL's set-up is most of it), checked as any run of muster-allreduce.
+WorkerGroup::Instead PreflightCommand(const std::string& allreduce) {
+  return {{allreduce, "-b", "1K", "-e", "1M", "-f", "8", "-n", "5", "-w", "1", "--timeout", "60"},
+          "preflight"};
+}
+
 std::string RankRange(int first, int count) {
   return count == 1 ? absl::StrCat(first) : absl::StrCat(first, "-", first + count - 1);
 }
@@ -99,6 +108,7 @@ ElasticOptions ElasticOptionsFor(const AgentOptions& options, const std::string&
   elastic.keep_alive_max_attempt = config.rdzv_conf.keep_alive_max_attempt;
   elastic.shutdown_grace = absl::FromChrono(config.shutdown_grace);
   elastic.stop_signals = config.signals_to_handle;
+  elastic.preflight = config.preflight;
   return elastic;
 }
 
@@ -146,8 +156,9 @@ class Agent::Impl {
         node_id_(absl::StrCat(options_.host, ":", getpid(), ":", RandomSuffix())) {}
 
   ~Impl() {
-    workers_.reset();  // kills and reaps any worker still running
-    client_.reset();   // no callback runs after this
+    gpu_watcher_.reset();  // posts nothing after this
+    workers_.reset();      // kills and reaps any worker still running
+    client_.reset();       // no callback runs after this
   }
 
   absl::StatusOr<int> Run();
@@ -181,6 +192,8 @@ class Agent::Impl {
   void ReadFileTimer();
   void ExpireFileTimers(absl::Time now);
   void NoSignal(const TimerExpiry& expiry, absl::Time now);
+  // --gpu-check-interval: what a check found (gpu_watcher.h), on the loop.
+  void OnGpuCheck(GpuCheckOutput out);
   std::optional<absl::Time> NextDeadline() const;
   // Hands a rendezvous result to the loop thread. Any thread.
   void Post(RdzvEvent event);
@@ -206,7 +219,8 @@ class Agent::Impl {
   std::unique_ptr<WorkerGroup> workers_;
   std::optional<TimerPipe> timer_pipe_;
   FileTimers file_timers_;
-  std::string log_root_;  // --log-dir, or a temporary directory we made
+  std::unique_ptr<GpuWatcher> gpu_watcher_;  // null: the check is off
+  std::string log_root_;                     // --log-dir, or a temporary directory we made
   bool log_root_is_temp_ = false;
   std::string run_dir_;
   int exit_code_ = kExitWorkersFailed;
@@ -253,7 +267,38 @@ absl::Status Agent::Impl::SetUp() {
     MUSTER_RETURN_IF_ERROR(StartFileTimer(group.base_env));
   }
   workers_ = std::make_unique<WorkerGroup>(std::move(group), *runner_, *loop_, clock_);
+  if (config_.gpu_check_interval.count() > 0) {
+    GpuWatcherOptions gpu;
+    gpu.library = FindEnv(options_.base_env, kNvmlLibraryEnv).value_or(kNvmlLibrary);
+    gpu.visible = FindEnv(options_.base_env, "CUDA_VISIBLE_DEVICES");
+    gpu.nproc = options_.nproc;
+    gpu.check.interval = absl::FromChrono(config_.gpu_check_interval);
+    gpu.check.report = config_.gpu_report;
+    gpu_watcher_ = std::make_unique<GpuWatcher>(std::move(gpu), [this](GpuCheckOutput out) {
+      loop_->Post([this, out = std::move(out)]() mutable { OnGpuCheck(std::move(out)); });
+    });
+  }
   return absl::OkStatus();
+}
+
+void Agent::Impl::OnGpuCheck(GpuCheckOutput out) {
+  // Found while the round ran; told only while it still does.
+  if (state_.phase() != AgentPhase::kRunning || state_.in_preflight()) return;
+  for (const std::string& error : out.errors) logger_->warn("{}", error);
+  for (const std::string& warning : out.warnings) {
+    logger_->warn("{}", warning);
+    Emit("gpu_warning", state_.round(), warning);
+    if (options_.metrics != nullptr) options_.metrics->GpuWarned();
+  }
+  for (const std::string& cleared : out.cleared) {
+    logger_->info("{}", cleared);
+    Emit("gpu_cleared", state_.round(), cleared);
+  }
+  if (out.report) logger_->info("{}", *out.report);
+  if (out.figures) {
+    Emit("gpu_sample", state_.round(), out.figures_line);
+    if (options_.metrics != nullptr) options_.metrics->GpuChecked(*std::move(out.figures));
+  }
 }
 
 absl::StatusOr<int> Agent::Impl::Run() {
@@ -511,6 +556,7 @@ void Agent::Impl::Do(const action::Join& join) {
   job->set_last_call_timeout_ms(config_.rdzv_conf.last_call_timeout.count());
   job->set_join_timeout_ms(config_.rdzv_conf.join_timeout.count());
   job->set_heartbeat_timeout_ms(config_.rdzv_conf.heartbeat_timeout.count());
+  job->set_preflight(config_.preflight);
   rdzv::NodeInfo* node = request.mutable_node();
   node->set_node_id(node_id_);
   node->set_host(options_.host);
@@ -534,27 +580,41 @@ void Agent::Impl::Do(const action::Join& join) {
 
 void Agent::Impl::Do(const action::StartWorkers& start) {
   const NodePlacement placement = PlacementFor(start.assignment, options_);
-  WorkerGroup::Started started = workers_->Start(placement, start.attempt);
+  const WorkerGroup::Instead preflight = PreflightCommand(options_.allreduce);
+  WorkerGroup::Started started =
+      workers_->Start(placement, start.attempt, start.preflight ? &preflight : nullptr);
   logger_->info(
-      "round {}: started {} worker(s), ranks {} of world size {} (node {} of {}), master {}:{}, "
+      "round {}: started {} {}, ranks {} of world size {} (node {} of {}), master {}:{}, "
       "restarts {}/{}",
-      start.assignment.round(), started.count, RankRange(placement.rank_base, options_.nproc),
-      placement.world_size, placement.group_rank, placement.group_world_size, placement.master_addr,
-      placement.master_port, placement.restart_count, placement.max_restarts);
+      start.assignment.round(), started.count,
+      start.preflight ? "pre-flight all-reduce worker(s) (muster-allreduce)" : "worker(s)",
+      RankRange(placement.rank_base, options_.nproc), placement.world_size, placement.group_rank,
+      placement.group_world_size, placement.master_addr, placement.master_port,
+      placement.restart_count, placement.max_restarts);
   last_round_told_ = std::max(last_round_told_, start.assignment.round());
   if (options_.metrics != nullptr) {
     options_.metrics->RoundStarted(start.assignment.round(), placement.restart_count,
                                    started.count);
   }
-  Emit("round_started", start.assignment.round(),
+  Emit(start.preflight ? "preflight_started" : "round_started", start.assignment.round(),
        absl::StrCat("group rank ", placement.group_rank, " of ", placement.group_world_size,
                     ", ranks ", RankRange(placement.rank_base, started.count), " of ",
                     placement.world_size, ", restarts ", placement.restart_count, "/",
                     placement.max_restarts));
   Do(state_.OnWorkersStarted(started.count, std::move(started.failure), clock_.Now()));
+  if (gpu_watcher_ && !start.preflight && state_.phase() == AgentPhase::kRunning) {
+    std::vector<GpuWorker> running;
+    for (const WorkerGroup::Worker& worker : workers_->workers()) {
+      if (worker.process)
+        running.push_back({worker.process->pid(), worker.rank, worker.local_rank});
+    }
+    gpu_watcher_->RoundStarted(std::move(running));
+  }
 }
 
 void Agent::Impl::Do(const action::SignalWorkers& signal) {
+  // The group is being stopped: its GPUs are no longer the round's picture.
+  if (gpu_watcher_ && state_.stopping()) gpu_watcher_->RoundEnded();
   if (signal.stacks_first) {
     std::vector<WorkerGroup::Worker*> hung = workers_->Running();
     if (!hung.empty()) {
@@ -589,6 +649,7 @@ void Agent::Impl::Do(const action::ReportFailure& report) {
   reported->set_exit_code(failure.exit_code);
   reported->set_signal(failure.signal);
   reported->set_time_unix_ms(absl::ToUnixMillis(failure.time));
+  reported->set_no_restart(failure.preflight);
   if (failure.error) {
     reported->set_message(failure.error->message);
   } else if (!failure.killed_for.empty()) {

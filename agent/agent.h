@@ -42,6 +42,8 @@ struct AgentOptions {
   // Told of rounds and exits, for Prometheus (config.rdzv_conf.metrics_port,
   // served by the launcher); null: none.
   std::shared_ptr<AgentMetrics> metrics;
+  // muster-allreduce's path, for config.preflight.
+  std::string allreduce;
 };
 
 // The signals an agent with `config` handles. Block them in every thread

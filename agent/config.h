@@ -129,6 +129,14 @@ struct LaunchConfig {
   // Each worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed to its device.
   bool virtual_local_rank = false;
   NumaBinding numa_binding = NumaBinding::kNone;
+  // --preflight allreduce: muster-allreduce across the job before the
+  // script, in its first round (agent/elastic_state.h).
+  bool preflight = false;
+  // --gpu-check-interval: how often the agent maps its workers to the GPUs
+  // and looks for shared and idle ones (agent/gpu_check.h); 0: never.
+  std::chrono::milliseconds gpu_check_interval{30'000};
+  // --gpu-report: a console line of the GPUs' figures every few minutes.
+  bool gpu_report = false;
   int node_rank = 0;
   bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";

@@ -151,6 +151,15 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
   if (!watch_open_) OpenWatch(out);
   failures_.clear();
   live_ = 0;
+  after_preflight_.reset();
+  if (options_.preflight && assignment->round() == 0) {
+    Log(out, Level::kInfo,
+        "--preflight allreduce: checking the job's all-reduce across every rank before the "
+        "script starts");
+    after_preflight_ = *assignment;
+    out->push_back(action::StartWorkers{*std::move(assignment), attempts_, /*preflight=*/true});
+    return;
+  }
   out->push_back(action::StartWorkers{*std::move(assignment), attempts_});
   ++attempts_;
 }
@@ -175,10 +184,14 @@ Actions ElasticState::OnWorkersStarted(int started, std::optional<WorkerFailure>
   }
   if (spawn_failure) {
     failures_.push_back(*spawn_failure);
+    if (in_preflight()) {
+      failures_.back().preflight = true;
+      after_preflight_.reset();
+    }
     Log(&out, Level::kError,
         absl::StrCat("rank ", spawn_failure->rank, " could not start: ",
                      spawn_failure->error ? spawn_failure->error->message : ""));
-    ReportFailureAndStop(*spawn_failure, now, &out);
+    ReportFailureAndStop(failures_.back(), now, &out);
   }
   return out;
 }
@@ -226,12 +239,31 @@ Actions ElasticState::OnWorkerExit(const ExitStatus& status, const WorkerFailure
   if (phase_ == AgentPhase::kRunning) {
     if (!status.success()) {
       failures_.push_back(failure);
+      if (in_preflight()) {
+        failures_.back().preflight = true;
+        after_preflight_.reset();
+        Log(&out, Level::kError,
+            absl::StrCat("the pre-flight all-reduce failed: rank ", failure.rank, " (local rank ",
+                         failure.local_rank, ") ", DescribeExit(failure),
+                         " (its report is above); the script is not started, and the job "
+                         "closes"));
+        ReportFailureAndStop(failures_.back(), now, &out);
+        return out;
+      }
       Log(&out, Level::kError,
           absl::StrCat("rank ", failure.rank, " (local rank ", failure.local_rank, ", pid ",
                        failure.pid, ") failed: ", DescribeExit(failure),
                        failure.killed_for.empty() ? "" : ": ", failure.killed_for,
                        "; stopping the other workers"));
       ReportFailureAndStop(failure, now, &out);
+      return out;
+    }
+    if (live_ == 0 && in_preflight()) {
+      Log(&out, Level::kInfo, "the pre-flight all-reduce passed on this node; starting the script");
+      phase_ = AgentPhase::kJoining;  // as after a join: OnWorkersStarted follows
+      out.push_back(action::StartWorkers{*std::move(after_preflight_), attempts_});
+      after_preflight_.reset();
+      ++attempts_;
       return out;
     }
     if (live_ == 0) {
@@ -644,7 +676,13 @@ void ElasticState::OpenWatch(Actions* out) {
 
 void ElasticState::ExitFailed(const std::string& why, Actions* out) {
   std::string report;
-  if (!failures_.empty()) report = FormatFailureReport(options_.script, attempts_, failures_);
+  if (!failures_.empty()) {
+    const bool preflight = std::any_of(failures_.begin(), failures_.end(),
+                                       [](const WorkerFailure& f) { return f.preflight; });
+    report = FormatFailureReport(
+        preflight ? "muster-allreduce (the pre-flight, --preflight)" : options_.script,
+        preflight ? 1 : attempts_, failures_);
+  }
   // The root cause is another node's when none of this node's failures is
   // it (host names alone cannot tell: several agents may share a host).
   const bool root_is_remote =

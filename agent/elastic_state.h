@@ -36,6 +36,11 @@ struct ElasticOptions {
   // Signals that stop the job (--signals-to-handle); any other that reaches
   // OnSignal is only forwarded to the workers.
   std::vector<int> stop_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  // --preflight allreduce: in the job's first round (round 0, the same on
+  // every node), this node's workers first run the pre-flight all-reduce;
+  // the script starts when all of them pass. One that fails closes the job
+  // (no restart mends a broken communication path).
+  bool preflight = false;
 };
 
 // The phases of an agent. Workers live only in kRunning and kStopping.
@@ -93,10 +98,13 @@ struct Join {
   absl::Duration timeout = absl::InfiniteDuration();
 };
 // Start this node's workers for `assignment`, attempt number `attempt`
-// (0, 1, ...); then call ElasticState::OnWorkersStarted.
+// (0, 1, ...); then call ElasticState::OnWorkersStarted. `preflight`: start
+// the pre-flight all-reduce in their places; once its exits are in, this
+// action comes again for the script.
 struct StartWorkers {
   rdzv::Assignment assignment;
   int attempt = 0;
+  bool preflight = false;
 };
 // Send `sig` to the process group of every worker still running.
 struct SignalWorkers {
@@ -190,6 +198,8 @@ class ElasticState {
   int live_workers() const { return live_; }
   int64_t round() const { return round_; }
   int attempts() const { return attempts_; }
+  // The workers that run are the pre-flight's, not the script's.
+  bool in_preflight() const { return after_preflight_.has_value(); }
   AfterStop after_stop() const { return after_stop_; }
 
  private:
@@ -258,6 +268,8 @@ class ElasticState {
   std::optional<rdzv::JobClosed> closed_;
   std::vector<WorkerFailure> failures_;  // of the latest failed attempt
   std::string leave_why_;                // AfterStop::kExitLeave: what this node lacks
+  // The pre-flight's workers run; the script waits for them with this assignment.
+  std::optional<rdzv::Assignment> after_preflight_;
 
   // When workers that SIGKILL did not end are given up on.
   std::optional<absl::Time> abandon_at_;

@@ -3,6 +3,9 @@
 // JSON object a line (torchrun's console handler also prints JSON lines,
 // with a schema of its own). Pure. Each is an EventLine (common/json.h,
 // where the line's fields are), with this node's id in "node". kind, one of:
+//   preflight_started this node's pre-flight all-reduce workers were
+//                  started (--preflight allreduce; round_started follows
+//                  when it passes)
 //   round_started  this node's workers were started for the round
 //   worker_failed  one of this node's workers failed (this node reports it)
 //   job_restarting the job moved to a new round for a worker's failure (any
@@ -13,6 +16,11 @@
 //                  only in a heartbeat's answer (its push was lost)
 //   job_closed     the rendezvous closed the job (detail: why)
 //   agent_exited   this agent is about to exit (detail: its exit code, why)
+//   gpu_warning    the GPU check found local ranks sharing a GPU while
+//                  another runs none, or a GPU idle (detail: the warning)
+//   gpu_cleared    a warned picture is gone (detail: what changed)
+//   gpu_sample     a full GPU check: each GPU's utilization, memory and
+//                  local ranks (detail), every --gpu-check-interval
 #ifndef MUSTER_AGENT_EVENTS_H_
 #define MUSTER_AGENT_EVENTS_H_
 

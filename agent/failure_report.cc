@@ -21,6 +21,8 @@ namespace {
 
 constexpr absl::string_view kNoErrorFile =
     "no error file written (use torch.distributed.elastic.multiprocessing.errors.record)";
+constexpr absl::string_view kPreflightReport =
+    "the pre-flight all-reduce failed: muster-allreduce's report (above) says how";
 constexpr absl::string_view kEmptyErrorFile = "error file has no message";
 constexpr size_t kMinRuleWidth = 60;
 // Of a hung worker's stacks, the report shows this many lines; the file has them all.
@@ -68,7 +70,7 @@ absl::string_view LastLine(absl::string_view text) {
 
 absl::string_view Summary(const WorkerFailure& failure) {
   if (!failure.error.has_value() && !failure.killed_for.empty()) return failure.killed_for;
-  if (!failure.error.has_value()) return kNoErrorFile;
+  if (!failure.error.has_value()) return failure.preflight ? kPreflightReport : kNoErrorFile;
   absl::string_view line = FirstLine(failure.error->message);
   if (line.empty()) line = absl::StripLeadingAsciiWhitespace(LastLine(failure.error->traceback));
   return line.empty() ? kEmptyErrorFile : line;
@@ -221,7 +223,7 @@ std::string FormatFailureReport(std::string_view script, int attempts,
     absl::StrAppend(&out, "  NCCL flight recorder dump: ", root.nccl_dump, "\n");
   }
   if (!root.error.has_value()) {
-    if (root.killed_for.empty()) absl::StrAppend(&out, "  ", kNoErrorFile, "\n");
+    if (root.killed_for.empty()) absl::StrAppend(&out, "  ", Summary(root), "\n");
   } else {
     const WorkerError& error = *root.error;
     absl::StrAppend(&out, "  error_file: ", root.error_file);

@@ -27,6 +27,9 @@ struct WorkerFailure {
   // The agent could not start the worker for a lack of its own (descriptors,
   // memory, processes): no fault of the worker's, so no restart is spent on it.
   bool agent_out_of_resources = false;
+  // A worker of the pre-flight all-reduce (--preflight): the job closes
+  // without a restart.
+  bool preflight = false;
   // Set when muster itself killed the worker for hanging: why ("its file
   // timer 'step' expired ..."), and the stacks of its threads taken just
   // before (bounded; `stack_file` has them in full, or says why there are none).

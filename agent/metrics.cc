@@ -39,6 +39,16 @@ void AgentMetrics::WorkerExited(int local_rank, int exit_code, bool failed) {
   if (failed) ++failures_;
 }
 
+void AgentMetrics::GpuChecked(std::vector<GpuFigures> figures) {
+  absl::MutexLock lock(&mu_);
+  gpus_ = std::move(figures);
+}
+
+void AgentMetrics::GpuWarned() {
+  absl::MutexLock lock(&mu_);
+  ++gpu_warnings_;
+}
+
 std::vector<MetricFamily> AgentMetrics::Collect() const {
   const absl::Time now = clock_.Now();
   absl::MutexLock lock(&mu_);
@@ -68,6 +78,34 @@ std::vector<MetricFamily> AgentMetrics::Collect() const {
     AddSample(exits, {{"job_id", job_id_}, {"local_rank", absl::StrCat(local_rank)}}, code);
   }
   if (!exits.metric.empty()) out.push_back(std::move(exits));
+  out.push_back(OneSample("muster_agent_gpu_warnings_total",
+                          "Warnings of the GPU check: ranks sharing a GPU while another has none, "
+                          "a GPU idle while others work",
+                          MetricType::Counter, job, static_cast<double>(gpu_warnings_)));
+  if (!gpus_.empty()) {
+    MetricFamily utilization = EmptyFamily(
+        "muster_agent_gpu_utilization_ratio",
+        "Each GPU's utilization (time a kernel ran), the mean over the last check interval",
+        MetricType::Gauge);
+    MetricFamily used = EmptyFamily("muster_agent_gpu_memory_used_bytes",
+                                    "Each GPU's memory in use", MetricType::Gauge);
+    MetricFamily total =
+        EmptyFamily("muster_agent_gpu_memory_total_bytes", "Each GPU's memory", MetricType::Gauge);
+    MetricFamily ranks =
+        EmptyFamily("muster_agent_gpu_local_ranks",
+                    "How many of this node's local ranks use each GPU", MetricType::Gauge);
+    for (const GpuFigures& gpu : gpus_) {
+      const std::vector<ClientMetric::Label> labels{{"job_id", job_id_},
+                                                    {"gpu", absl::StrCat(gpu.index)}};
+      if (gpu.sampled) AddSample(utilization, labels, gpu.utilization / 100.0);
+      AddSample(used, labels, static_cast<double>(gpu.memory_used));
+      AddSample(total, labels, static_cast<double>(gpu.memory_total));
+      AddSample(ranks, labels, static_cast<double>(gpu.local_ranks.size()));
+    }
+    for (MetricFamily* family : {&utilization, &used, &total, &ranks}) {
+      if (!family->metric.empty()) out.push_back(std::move(*family));
+    }
+  }
   return out;
 }
 

@@ -1,8 +1,8 @@
 // What an agent tells Prometheus (--rdzv-conf metrics_port=): its workers
 // running, the round and how long it has run, the job's restarts, each
-// local rank's last exit. Labelled with the job's id; the only other label
-// is local_rank, bounded by the node's workers (no global rank, no host:
-// Prometheus' own instance label tells the node). docs/METRICS.md lists them.
+// local rank's last exit, its GPUs' figures (--gpu-check-interval). Labelled with the job's id; the
+// only other label are local_rank and gpu, bounded by the node's workers and GPUs (no global rank,
+// no host: Prometheus' own instance label tells the node). docs/METRICS.md lists them.
 #ifndef MUSTER_AGENT_METRICS_H_
 #define MUSTER_AGENT_METRICS_H_
 
@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/gpu_check.h"
 #include "common/clock.h"
 
 namespace muster {
@@ -35,6 +36,10 @@ class AgentMetrics final : public prometheus::Collectable {
   // A worker of the round exited: `exit_code`, or -N when signal N ended it
   // (as torchrun reports it). `failed` when that is a failure.
   void WorkerExited(int local_rank, int exit_code, bool failed);
+  // The GPU check's figures of this node's GPUs (gpu_check.h), as of its
+  // last full check; and a warning it gave.
+  void GpuChecked(std::vector<GpuFigures> figures);
+  void GpuWarned();
 
   std::vector<prometheus::MetricFamily> Collect() const override;
 
@@ -48,6 +53,8 @@ class AgentMetrics final : public prometheus::Collectable {
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, int> exit_codes_ ABSL_GUARDED_BY(mu_);  // the last, by local rank
+  std::vector<GpuFigures> gpus_ ABSL_GUARDED_BY(mu_);
+  int64_t gpu_warnings_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace muster

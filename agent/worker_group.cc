@@ -73,9 +73,12 @@ WorkerGroup::~WorkerGroup() {
   workers_.clear();  // each Process kills and reaps its child if still running
 }
 
-WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int attempt) {
+WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int attempt,
+                                        const Instead* instead) {
   const LaunchConfig& config = *options_.config;
-  const std::string attempt_dir = absl::StrCat(options_.run_dir, "/attempt_", attempt);
+  const std::string attempt_dir = instead != nullptr
+                                      ? absl::StrCat(options_.run_dir, "/", instead->dir)
+                                      : absl::StrCat(options_.run_dir, "/attempt_", attempt);
   for (Worker& worker : workers_) DrainAndClose(worker);
   workers_.clear();
   // Reserved: the output readers hold pointers to the workers.
@@ -127,8 +130,9 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
     identity.signals_to_handle = config.signals_to_handle_text;
     identity.virtual_local_rank = config.virtual_local_rank;
     SpawnOptions spawn;
-    spawn.path = options_.program;
-    spawn.argv = WorkerCommand(config, options_.program, local_rank);
+    spawn.path = instead != nullptr ? instead->argv.at(0) : options_.program;
+    spawn.argv =
+        instead != nullptr ? instead->argv : WorkerCommand(config, options_.program, local_rank);
     spawn.env = WorkerEnvironment(options_.base_env, placement, identity);
     if (static_cast<size_t>(local_rank) < options_.numa.size()) {
       spawn.cpus = options_.numa[local_rank].cpus;

@@ -64,9 +64,16 @@ class WorkerGroup {
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
+  // What a start runs instead of the script: the pre-flight (--preflight).
+  struct Instead {
+    std::vector<std::string> argv;  // argv[0]: the path exec'd
+    std::string dir;                // its logs' directory under run_dir, for attempt_<n>
+  };
+
   // Replaces the previous attempt's workers (REQUIRES: all exited) with
-  // this one's, started in local-rank order.
-  Started Start(const NodePlacement& placement, int attempt);
+  // this one's, started in local-rank order: the script's, or `instead`'s
+  // when given.
+  Started Start(const NodePlacement& placement, int attempt, const Instead* instead = nullptr);
 
   // The running worker whose pid this is; nullptr for any other pid.
   Worker* Find(pid_t pid);

@@ -66,6 +66,9 @@ enum class Key {
   kSignalsToHandle,
   kVirtualLocalRank,
   kNumaBinding,
+  kPreflight,
+  kGpuCheckInterval,
+  kGpuReport,
   kPrintCompletion,
   kHelp,
   kVersion,
@@ -90,6 +93,7 @@ constexpr absl::string_view kRdzvGroup = "Rendezvous";
 constexpr absl::string_view kRunGroup = "How workers run";
 constexpr absl::string_view kRestartGroup = "Restarts and shutdown";
 constexpr absl::string_view kLogGroup = "Output and logs";
+constexpr absl::string_view kGpuGroup = "GPU checks (muster's own)";
 constexpr absl::string_view kOtherGroup = "Other";
 
 // The token file when --rdzv-conf names none.
@@ -222,6 +226,21 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "its NUMA node, its socket, a share of the node's cores\n"
      "no other worker gets, or the cores of one L3 cache",
      "2.9"},
+    {Key::kPreflight, "--preflight", "--preflight", "", "allreduce|none", "none", kGpuGroup,
+     "allreduce: in the job's first round, every rank runs\n"
+     "muster-allreduce (a few seconds) before the script; a wrong\n"
+     "sum, a missing rank or two ranks on one GPU close the job",
+     ""},
+    {Key::kGpuCheckInterval, "--gpu-check-interval", "--gpu-check-interval,--gpu_check_interval",
+     "", "SECONDS", "30", kGpuGroup,
+     "map this node's workers to its GPUs (NVML) a few seconds\n"
+     "into each round, then every SECONDS; warn when local ranks\n"
+     "share a GPU while another has none, or a GPU idles; 0: off",
+     ""},
+    {Key::kGpuReport, "--gpu-report", "--gpu-report,--gpu_report", "", "", "off", kGpuGroup,
+     "a console line per node every 5 minutes: each GPU's\n"
+     "utilization, memory used and local ranks",
+     ""},
     {Key::kPrintCompletion, "--print-completion", "--print-completion,--print_completion", "",
      "bash|zsh|tcsh", "", kOtherGroup, "print a completion script for this shell and exit",
      "main (2026)"},
@@ -748,6 +767,28 @@ absl::Status ApplyRun(const GivenOptions& given, LaunchConfig& config) {
   absl::StatusOr<bool> virtual_local_rank = FlagIsOn(given, Key::kVirtualLocalRank);
   if (!virtual_local_rank.ok()) return virtual_local_rank.status();
   config.virtual_local_rank = *virtual_local_rank;
+  if (const Given* preflight = given.Get(Key::kPreflight)) {
+    if (preflight->value != "allreduce" && preflight->value != "none") {
+      return Invalid(*preflight, "unknown pre-flight", "give --preflight allreduce, or none");
+    }
+    config.preflight = preflight->value == "allreduce";
+  }
+  if (const Given* interval = given.Get(Key::kGpuCheckInterval)) {
+    constexpr absl::string_view kFix =
+        "give --gpu-check-interval SECONDS, 1 or more (0 turns the check off), e.g. 30";
+    absl::StatusOr<double> seconds = ParseSeconds(*interval, /*allow_zero=*/true, kFix);
+    if (!seconds.ok()) return seconds.status();
+    if (*seconds > 0 && *seconds < 1) return Invalid(*interval, "below a second", kFix);
+    config.gpu_check_interval = SecondsToMillis(*seconds);
+  }
+  absl::StatusOr<bool> gpu_report = FlagIsOn(given, Key::kGpuReport);
+  if (!gpu_report.ok()) return gpu_report.status();
+  config.gpu_report = *gpu_report;
+  if (config.gpu_report && config.gpu_check_interval.count() == 0) {
+    return absl::InvalidArgumentError(
+        "--gpu-report with --gpu-check-interval 0: the report comes from the GPU check, which is "
+        "off; drop one of them");
+  }
   return absl::OkStatus();
 }
 

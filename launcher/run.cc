@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/agent.h"
+#include "agent/child_process.h"
 #include "agent/worker_env.h"
 #include "common/endpoint.h"
 #include "common/event_log.h"
@@ -352,6 +353,18 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
                                                     path, SelfDirectory(), GetEnv("PYTHON_EXEC")});
   if (!program.ok()) return program.status();
   config.no_python = program->no_python;
+  std::string allreduce;
+  if (config.preflight) {
+    // muster's own first: the one built with it.
+    absl::StatusOr<std::string> found =
+        ResolveExecutable("muster-allreduce", absl::StrCat(SelfDirectory(), ":", path));
+    if (!found.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--preflight allreduce: muster-allreduce is neither beside muster (", SelfDirectory(),
+          ") nor on PATH; install it with muster, or drop --preflight"));
+    }
+    allreduce = *found;
+  }
 
   UniqueFd event_log;
   if (!config.rdzv_conf.event_log.empty()) {
@@ -398,11 +411,14 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   BlockAgentSignals(config);
   std::unique_ptr<MetricsServer> metrics;
   std::shared_ptr<AgentMetrics> agent_metrics;
+  std::string metrics_auth;  // for the start line
   if (config.rdzv_conf.metrics_port) {
     absl::StatusOr<std::string> password = rdzv::MetricsPassword(
         config.rdzv_conf.metrics_password_file, credential.token, config.rdzv_conf.metrics_listen,
         "--rdzv-conf metrics_password_file", "--rdzv-conf metrics_listen");
     if (!password.ok()) return password.status();
+    metrics_auth = rdzv::DescribeMetricsAuth(config.rdzv_conf.metrics_password_file, *password,
+                                             "metrics_password_file");
     absl::StatusOr<std::unique_ptr<MetricsServer>> started =
         MetricsServer::Start(config.rdzv_conf.metrics_listen, *config.rdzv_conf.metrics_port,
                              "--rdzv-conf metrics_listen", "--rdzv-conf metrics_port");
@@ -435,10 +451,7 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
     Logger("agent")->info(
         "metrics: {} ({}{})", metrics->url(),
         rendezvous->hub != nullptr ? "this agent's and its rendezvous'" : "this agent's",
-        !config.rdzv_conf.metrics_password_file.empty()
-            ? "; HTTP basic auth, metrics_password_file's password"
-        : !credential.token.empty() ? "; HTTP basic auth, the token as password"
-                                    : "");
+        metrics_auth.empty() ? "" : "; ", metrics_auth);
   }
 
   AgentOptions options;
@@ -454,6 +467,7 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   options.base_env = EnvironmentEntries();
   options.event_log = std::move(event_log);
   options.metrics = agent_metrics;
+  options.allreduce = allreduce;
   absl::StatusOr<int> code = kExitWorkersFailed;
   {
     Agent agent(std::move(options), std::move(rendezvous->client));

@@ -39,10 +39,7 @@ absl::StatusOr<std::string> MetricsPassword(const std::string& password_file,
     return password;
   }
   if (token.empty()) return std::string();
-  in_addr address;
-  const bool loopback =
-      inet_pton(AF_INET, listen.c_str(), &address) == 1 && (ntohl(address.s_addr) >> 24) == 127;
-  if (!loopback) {
+  if (!IsLoopbackListen(listen)) {
     return absl::InvalidArgumentError(absl::StrCat(
         listen_option, " ", listen,
         ": the metrics are plain HTTP and ask for the job's token, so a scrape from another host "
@@ -50,6 +47,18 @@ absl::StatusOr<std::string> MetricsPassword(const std::string& password_file,
         file_option, " FILE, a password for the metrics only (a mode 600 file of one line)"));
   }
   return token;
+}
+
+bool IsLoopbackListen(const std::string& listen) {
+  in_addr address;
+  return inet_pton(AF_INET, listen.c_str(), &address) == 1 && (ntohl(address.s_addr) >> 24) == 127;
+}
+
+std::string DescribeMetricsAuth(absl::string_view password_file, absl::string_view password,
+                                absl::string_view file_option) {
+  if (!password_file.empty()) return absl::StrCat("HTTP basic auth, ", file_option, "'s password");
+  if (!password.empty()) return "HTTP basic auth, the token as password";
+  return "";
 }
 
 std::vector<double> JoinSecondsBuckets() {

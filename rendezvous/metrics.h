@@ -88,6 +88,15 @@ absl::StatusOr<std::string> MetricsPassword(const std::string& password_file,
                                             absl::string_view file_option,
                                             absl::string_view listen_option);
 
+// Whether `listen` is an IPv4 address on 127.0.0.0/8: a listener only this
+// host reaches.
+bool IsLoopbackListen(const std::string& listen);
+
+// For a start line: how a metrics endpoint asks for its password, as
+// MetricsPassword chose it ("" for none). `file_option` names the setting.
+std::string DescribeMetricsAuth(absl::string_view password_file, absl::string_view password,
+                                absl::string_view file_option);
+
 // The bounds of muster_rendezvous_join_seconds' buckets, in seconds: from a
 // join that finds its round ready to one that waits out a long last call.
 std::vector<double> JoinSecondsBuckets();

@@ -513,13 +513,14 @@ int Main(int argc, char** argv) {
   }
   Logger("musterd")->info("health: grpc.health.v1 on the same port, no credential needed: SERVING");
   if (metrics != nullptr) {
-    Logger("musterd")->info(
-        "metrics: {} ({}; {})", metrics->url(),
-        absl::StartsWith(metrics_listen, "127.") ? "this host only"
-                                                 : "every host that reaches this port",
-        !metrics_password_file.empty() ? "HTTP basic auth, --metrics-password-file's password"
-        : !metrics_password.empty()    ? "HTTP basic auth, the token as password"
-                                       : "no password: whoever reaches them reads the job names");
+    Logger("musterd")->info("metrics: {} ({}; {})", metrics->url(),
+                            rdzv::IsLoopbackListen(metrics_listen)
+                                ? "this host only"
+                                : "every host that reaches this port",
+                            metrics_password.empty()
+                                ? "no password: whoever reaches them reads the job names"
+                                : rdzv::DescribeMetricsAuth(metrics_password_file, metrics_password,
+                                                            "--metrics-password-file"));
   }
   // Last: whoever waits for this line (a script, the tests) has the ones above.
   std::printf("musterd: serving rendezvous on %s\n",

@@ -251,6 +251,13 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
           got.min_nodes(), ":", got.max_nodes(), " --max-restarts ", got.max_restarts(),
           "; give every node the same values, or use another --rdzv-id"));
     }
+    if (got.preflight() != want.preflight()) {
+      auto preflight = [](bool on) { return on ? "--preflight allreduce" : "no --preflight"; };
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", job.id, "' runs with ", preflight(want.preflight()),
+          ", but this node asked for ", preflight(got.preflight()),
+          ": the first round's workers would differ; give every node the same --preflight"));
+    }
     int64_t workers = job.live_workers + info.local_world_size();
     if (auto live = job.nodes.find(info.node_id()); live != job.nodes.end()) {
       if (!ConstantTimeEquals(live->second.secret, request.node_secret())) {
@@ -446,11 +453,19 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, absl::string_vie
   Failure& recent = job.recent_failures.emplace_back(failure);
   recent.set_message(CutText(failure.message(), kMaxStatusMessageBytes));
   if (job.recent_failures.size() > kMaxRecentFailures) job.recent_failures.pop_front();
-  const bool restarts = job.done.empty() && job.restart_count < job.config.max_restarts();
+  // Only the pre-flight's failure, which only round 0 of a job that asked
+  // for one runs, is spared the restarts.
+  const bool preflight_failed = failure.no_restart() && job.config.preflight() && job.round == 0;
+  const bool restarts =
+      job.done.empty() && job.restart_count < job.config.max_restarts() && !preflight_failed;
   const std::string outcome =
       !job.done.empty()
           ? absl::StrCat(detail,
                          " after other nodes had finished; a partly finished job cannot restart")
+      : preflight_failed
+          ? absl::StrCat(detail,
+                         " in the pre-flight all-reduce (--preflight): the job's communication is "
+                         "broken, which no restart mends")
       : restarts ? absl::StrCat(detail, "; restart ", job.restart_count + 1, " of ",
                                 job.config.max_restarts())
                  : absl::StrCat(detail, "; no restarts left (max_restarts ",
@@ -633,13 +648,20 @@ absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id,
   return JobStatus(it->second, now, nodes);
 }
 
+const char* RendezvousState::PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kOpen: return "open";
+    case Phase::kRunning: return "running";
+    case Phase::kClosed: return "closed";
+  }
+  return "closed";
+}
+
 StatusResponse RendezvousState::JobStatus(const Job& job, std::optional<absl::Time> now,
                                           bool nodes) const {
   StatusResponse response;
   response.set_job_id(job.id);
-  response.set_state(job.phase == Phase::kOpen      ? "open"
-                     : job.phase == Phase::kRunning ? "running"
-                                                    : "closed");
+  response.set_state(std::string(PhaseName(job.phase)));
   response.set_round(job.round);
   response.set_restart_count(job.restart_count);
   response.set_participants(job.phase == Phase::kOpen ? static_cast<int>(job.joined.size())
@@ -699,7 +721,7 @@ StatusResponse RendezvousState::JobStatus(const Job& job, std::optional<absl::Ti
   };
   std::set<std::string> listed;
   if (job.phase != Phase::kOpen) {  // a closed job's last round
-    const absl::string_view running = job.phase == Phase::kRunning ? "running" : "closed";
+    const absl::string_view running = PhaseName(job.phase);
     int rank_base = 0;
     for (size_t i = 0; i < job.participants.size(); ++i) {
       const std::string& id = job.participants[i];
@@ -749,9 +771,7 @@ std::vector<RendezvousState::JobFigures> RendezvousState::Figures() const {
   for (const auto& [id, job] : jobs_) {
     JobFigures& figures = out.emplace_back();
     figures.id = id;
-    figures.state = job.phase == Phase::kOpen      ? "open"
-                    : job.phase == Phase::kRunning ? "running"
-                                                   : "closed";
+    figures.state = PhaseName(job.phase);
     figures.nodes = static_cast<int64_t>(job.nodes.size());
     figures.restarts = job.restart_count;
     figures.rounds = job.rounds_by_reason;

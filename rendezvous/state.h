@@ -291,6 +291,8 @@ class RendezvousState {
 
  private:
   enum class Phase { kOpen, kRunning, kClosed };
+  // "open", "running" or "closed": a status' and the metrics' name for it.
+  static const char* PhaseName(Phase phase);
 
   struct Node {
     NodeInfo info;

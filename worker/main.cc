@@ -4,7 +4,8 @@
 // MASTER_PORT), so it runs the same under muster, torchrun or srun.
 //
 // Exit status: 0 every result correct; 1 a wrong result, or a rank failed;
-// 2 bad options or environment. main parses the flags; the run is run.h's.
+// 2 bad options or environment. Rank 0 sends its verdict to every rank, so
+// each rank's status says it. main parses the flags; the run is run.h's.
 #include <cstdio>
 #include <new>
 #include <string>

@@ -256,7 +256,18 @@ int RunAllReduce(const AllReduceOptions& options) {
   }
   if (env->rank != 0) {  // rank 0 says whether the results were right
     if (absl::Status finished = runner->Finish(); !finished.ok()) return Fail(*env, finished);
-    return 0;
+    Verdict verdict;
+    if (absl::Status got = RecvMessage(boot->root.get(), &verdict, absl::Now() + report_timeout);
+        !got.ok()) {
+      return Fail(*env, absl::UnavailableError(
+                            absl::StrCat("rank 0 gave no verdict on the results: ", got.message(),
+                                         absl::IsUnavailable(got) ? " (it died or failed)" : "")));
+    }
+    if (verdict.exit_code() != 0) {
+      std::fprintf(stderr, "muster-allreduce: rank %d: rank 0 says: %s\n", env->rank,
+                   verdict.why().c_str());
+    }
+    return verdict.exit_code();
   }
 
   const int64_t wrong = WrongValues(summary.results);
@@ -272,14 +283,38 @@ int RunAllReduce(const AllReduceOptions& options) {
     if (!written) std::fprintf(stderr, "muster-allreduce: cannot write %s\n", options.json.c_str());
   }
   // After the verdict and the JSON, so that a failure here loses neither.
-  if (absl::Status finished = runner->Finish(); !finished.ok()) return Fail(*env, finished);
-  if (!written) return kExitWrong;
-  if (wrong != 0) {
-    std::fprintf(stderr, "muster-allreduce: %lld wrong values: the all-reduce is broken\n",
-                 static_cast<long long>(wrong));
-    return kExitWrong;
+  absl::Status finished = runner->Finish();
+  Verdict verdict;
+  if (!finished.ok()) {
+    verdict.set_why(std::string(finished.message()));
+  } else if (wrong != 0) {
+    verdict.set_why(absl::StrCat(wrong, " wrong values: the all-reduce is broken"));
+  } else if (!written) {
+    verdict.set_why(absl::StrCat("rank 0 could not write ", options.json));
   }
-  return 0;
+  verdict.set_exit_code(verdict.why().empty() ? 0 : kExitWrong);
+  // Said and flushed before the others hear it: a launcher that sees
+  // another rank exit may stop this one at once.
+  int code = verdict.exit_code();
+  if (!finished.ok()) {
+    code = Fail(*env, finished);
+    verdict.set_exit_code(code);
+  } else if (wrong != 0) {
+    std::fprintf(stderr, "muster-allreduce: %s\n", verdict.why().c_str());
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // Every rank's exit status tells the outcome; one that left already
+  // (its launcher stopped it) is no reason to fail the run. Other hosts'
+  // ranks first: this host's launcher may stop this rank as soon as one
+  // of its own ranks exits.
+  for (bool same_host : {false, true}) {
+    for (int r = 1; r < env->world_size; ++r) {
+      if ((welcome.peers(r).host() == welcome.peers(0).host()) != same_host) continue;
+      SendMessage(boot->ranks[r].get(), verdict, absl::Now() + report_timeout).IgnoreError();
+    }
+  }
+  return code;
 }
 
 }  // namespace muster::worker

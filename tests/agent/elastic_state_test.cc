@@ -143,6 +143,8 @@ RdzvEvent Beat(absl::StatusOr<int64_t> round) { return rdzv_event::HeartbeatAnsw
 
 class ElasticStateTest : public ::testing::Test {
  protected:
+  explicit ElasticStateTest(ElasticOptions options = Options()) : state_(std::move(options)) {}
+
   // Joining: the first Join is out.
   void ToJoining() { EXPECT_THAT(Names(state_.Start(At(0))), ElementsAre("Join")); }
   // Running `workers` workers in `round`.
@@ -170,7 +172,7 @@ class ElasticStateTest : public ::testing::Test {
 
   // The rendezvous's assignments say to ride out its outages (RideOutTest).
   bool ride_out_ = false;
-  ElasticState state_{Options()};
+  ElasticState state_;
 };
 
 // ---- Start and joining ----
@@ -1017,6 +1019,87 @@ TEST_F(ElasticStateTest, ANodeOfAnAgentsRendezvousDoesNotRetryItsJoinOnceInTheJo
   state_.OnRdzv(RoundChangedTo(1), At(100));
   state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
   EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::Joined{kDown}, At(200))), ElementsAre("Exit 1"));
+}
+
+// ---- --preflight allreduce ----
+
+class PreflightTest : public ElasticStateTest {
+ protected:
+  static ElasticOptions WithPreflight() {
+    ElasticOptions options = Options();
+    options.preflight = true;
+    return options;
+  }
+  PreflightTest() : ElasticStateTest(WithPreflight()) {}
+  // The pre-flight's `workers` run in round `round`.
+  Actions ToPreflight(int workers = 2, int64_t round = 0) {
+    ToJoining();
+    Actions joined = state_.OnRdzv(rdzv_event::Joined{Assigned(round)}, At(10));
+    EXPECT_THAT(state_.OnWorkersStarted(workers, std::nullopt, At(10)), IsEmpty());
+    return joined;
+  }
+};
+
+TEST_F(PreflightTest, TheFirstRoundRunsThePreflightAndThenTheScript) {
+  Actions joined = ToPreflight();
+  EXPECT_THAT(Names(joined), ElementsAre("OpenWatch", "StartWorkers"));
+  EXPECT_TRUE(Find<action::StartWorkers>(joined).preflight);
+  EXPECT_TRUE(state_.in_preflight());
+  EXPECT_THAT(Names(state_.OnWorkerExit(kSuccess, Failure(0, 0), At(100))), IsEmpty());
+  Actions passed = state_.OnWorkerExit(kSuccess, Failure(1, 0), At(110));
+  ASSERT_THAT(Names(passed), ElementsAre("StartWorkers"));
+  EXPECT_FALSE(Find<action::StartWorkers>(passed).preflight);
+  EXPECT_EQ(Find<action::StartWorkers>(passed).attempt, 0) << "the pre-flight is no attempt";
+  EXPECT_THAT(Logs(passed), Contains(HasSubstr("pre-flight all-reduce passed")));
+  EXPECT_FALSE(state_.in_preflight());
+  EXPECT_THAT(state_.OnWorkersStarted(2, std::nullopt, At(120)), IsEmpty());
+  EXPECT_EQ(state_.phase(), AgentPhase::kRunning);
+  state_.OnWorkerExit(kSuccess, Failure(0, 0), At(200));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kSuccess, Failure(1, 0), At(210))),
+              ElementsAre("ReportDone"))
+      << "the script's own success ends the round";
+}
+
+TEST_F(PreflightTest, AFailedPreflightReportsAFailureNoRestartMendsAndNeverStartsTheScript) {
+  ToPreflight();
+  Actions failed = state_.OnWorkerExit(kExit1, Failure(0), At(100));
+  EXPECT_THAT(Names(failed), ElementsAre("ReportFailure", "Signal TERM"));
+  EXPECT_TRUE(Find<action::ReportFailure>(failed).failure.preflight);
+  EXPECT_THAT(Logs(failed), Contains(HasSubstr("the script is not started")));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110))), IsEmpty());
+  Actions closed = state_.OnRdzv(JobClosed(false, "pre-flight failed"), At(120));
+  ASSERT_THAT(Names(closed), ElementsAre("Exit 1"));
+  const auto& exit = Find<action::Exit>(closed);
+  EXPECT_THAT(exit.report, HasSubstr("muster-allreduce (the pre-flight, --preflight) FAILED"));
+  EXPECT_THAT(exit.why, HasSubstr("pre-flight failed"));
+}
+
+TEST_F(PreflightTest, APreflightThatCannotStartIsAPreflightFailure) {
+  ToJoining();
+  state_.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  WorkerFailure missing = Failure(0, 127);
+  Actions started = state_.OnWorkersStarted(0, missing, At(10));
+  EXPECT_THAT(Names(started), ElementsAre("ReportFailure", "Signal TERM"));
+  EXPECT_TRUE(Find<action::ReportFailure>(started).failure.preflight);
+}
+
+TEST_F(PreflightTest, LaterRoundsRunTheScriptAtOnce) {
+  ToJoining();
+  Actions joined = state_.OnRdzv(rdzv_event::Joined{Assigned(3, 1)}, At(10));
+  EXPECT_FALSE(Find<action::StartWorkers>(joined).preflight)
+      << "every node of a round decides alike: only round 0 runs it";
+  EXPECT_FALSE(state_.in_preflight());
+}
+
+TEST_F(PreflightTest, ARoundChangeDuringThePreflightRejoinsWithoutIt) {
+  ToPreflight();
+  state_.OnRdzv(RoundChangedTo(1), At(100));
+  state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120))),
+              ElementsAre("Join"));
+  Actions rejoined = state_.OnRdzv(rdzv_event::Joined{Assigned(1)}, At(130));
+  EXPECT_FALSE(Find<action::StartWorkers>(rejoined).preflight);
+  EXPECT_FALSE(state_.in_preflight());
 }
 
 }  // namespace

@@ -72,5 +72,32 @@ TEST(AgentMetricsTest, RoundsExitsAndFailuresAreTold) {
       << text;
 }
 
+TEST(AgentMetricsTest, GpuFiguresAreToldPerGpu) {
+  FakeClock clock;
+  AgentMetrics metrics("job", clock);
+  EXPECT_EQ(Samples(metrics).count("muster_agent_gpu_utilization_ratio{0}"), 0u)
+      << "no GPU check has run";
+  GpuFigures busy;
+  busy.index = 0;
+  busy.sampled = true;
+  busy.utilization = 97;
+  busy.memory_used = 1 << 20;
+  busy.memory_total = 2 << 20;
+  busy.local_ranks = {0, 1, 2, 3};
+  GpuFigures unsampled;
+  unsampled.index = 1;
+  metrics.GpuChecked({busy, unsampled});
+  metrics.GpuWarned();
+  std::map<std::string, double> samples = Samples(metrics);
+  EXPECT_DOUBLE_EQ(samples.at("muster_agent_gpu_utilization_ratio{0}"), 0.97);
+  EXPECT_EQ(samples.count("muster_agent_gpu_utilization_ratio{1}"), 0u)
+      << "no samples: no utilization, rather than a false 0";
+  EXPECT_EQ(samples.at("muster_agent_gpu_memory_used_bytes{0}"), 1 << 20);
+  EXPECT_EQ(samples.at("muster_agent_gpu_memory_total_bytes{1}"), 0);
+  EXPECT_EQ(samples.at("muster_agent_gpu_local_ranks{0}"), 4);
+  EXPECT_EQ(samples.at("muster_agent_gpu_local_ranks{1}"), 0);
+  EXPECT_EQ(samples.at("muster_agent_gpu_warnings_total"), 1);
+}
+
 }  // namespace
 }  // namespace muster

@@ -427,6 +427,50 @@ TEST_F(StateTest, FailureAfterAnotherNodeFinishedClosesTheJob) {
   EXPECT_EQ(JobStatus().restart_count(), 0);
 }
 
+TEST_F(StateTest, NoRestartIsHonouredOnlyForThePreflightOfRoundZero) {
+  config_ = Config(2, 2, /*max_restarts=*/3);  // no --preflight
+  Form({{"a"}, {"b"}}, At(0));
+  Failure failure = MakeFailure("a", 0);
+  failure.set_no_restart(true);
+  Effects effects;
+  ASSERT_TRUE(state_.ReportFailure({job_, "a"}, SecretOf("a"), 0, failure, At(100), &effects).ok());
+  Keep(effects);
+  EXPECT_EQ(JobStatus().state(), "open") << "a node cannot spare the job its restarts";
+  EXPECT_EQ(JobStatus().restart_count(), 1);
+}
+
+TEST_F(StateTest, NodesMustAgreeOnThePreflight) {
+  config_ = Config(2, 2, /*max_restarts=*/0);
+  config_.set_preflight(true);
+  Join({"a"}, At(0));
+  config_.set_preflight(false);
+  Effects effects;
+  absl::Status refused = TryJoin({"b"}, At(10), &effects);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(),
+              AllOf(HasSubstr("runs with --preflight allreduce, but this node asked for no "
+                              "--preflight"),
+                    HasSubstr("give every node the same --preflight")));
+}
+
+TEST_F(StateTest, FailedPreflightClosesTheJobWithRestartsLeft) {
+  config_ = Config(2, 2, /*max_restarts=*/3);
+  config_.set_preflight(true);
+  Form({{"a"}, {"b"}}, At(0));
+  Failure failure = MakeFailure("a", 0);
+  failure.set_no_restart(true);
+  Effects closed;
+  ASSERT_TRUE(state_.ReportFailure({job_, "a"}, SecretOf("a"), 0, failure, At(100), &closed).ok());
+  Keep(closed);
+  const JobClosed event = Pushed(closed)["b"].at(0).job_closed();
+  EXPECT_FALSE(event.succeeded());
+  EXPECT_THAT(event.reason(),
+              AllOf(HasSubstr("host-a"), HasSubstr("pre-flight"), HasSubstr("no restart mends")));
+  EXPECT_TRUE(event.root_cause().no_restart());
+  EXPECT_EQ(JobStatus().state(), "closed");
+  EXPECT_EQ(JobStatus().restart_count(), 0);
+}
+
 // ---------------------------------------------------------------- success
 
 TEST_F(StateTest, JobSucceedsWhenEveryNodeIsDone) {

@@ -1,0 +1,347 @@
+#include "agent/gpu_check.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace muster {
+namespace {
+
+// Utilization samples are read at least this often: NVML keeps only the
+// last 15 to 20 seconds of them.
+constexpr absl::Duration kMaxSamplePeriod = absl::Seconds(10);
+// A process and its ancestors looked at before giving up on it.
+constexpr int kMaxAncestors = 64;
+
+// "0-3", "0, 2, 5-7".
+std::string Ranges(const std::vector<int>& sorted) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    parts.push_back(j == i       ? absl::StrCat(sorted[i])
+                    : j == i + 1 ? absl::StrCat(sorted[i], ", ", sorted[j])
+                                 : absl::StrCat(sorted[i], "-", sorted[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string Plural(size_t n, absl::string_view one, absl::string_view many) {
+  return std::string(n == 1 ? one : many);
+}
+
+std::string GiB(uint64_t bytes) {
+  return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
+}
+
+std::string Seconds(absl::Duration d) {
+  return absl::StrFormat("%.0f s", absl::ToDoubleSeconds(d));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> NodeGpus(const std::optional<std::string>& visible,
+                                          const std::vector<std::string>& uuids, int nproc) {
+  std::vector<int> gpus;
+  if (!visible) {
+    for (size_t i = 0; i < uuids.size(); ++i) gpus.push_back(static_cast<int>(i));
+  } else {
+    for (absl::string_view entry : absl::StrSplit(*visible, ',', absl::SkipWhitespace())) {
+      entry = absl::StripAsciiWhitespace(entry);
+      int index = -1;
+      if (absl::StartsWith(entry, "MIG-")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("CUDA_VISIBLE_DEVICES names a MIG instance (", entry,
+                         "): NVML's process lists do not tell instances apart"));
+      }
+      if (absl::StartsWith(entry, "GPU-")) {
+        for (size_t i = 0; i < uuids.size(); ++i) {
+          if (!absl::StartsWith(uuids[i], entry)) continue;
+          if (index >= 0) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "CUDA_VISIBLE_DEVICES entry ", entry, " is the start of more than one GPU's UUID"));
+          }
+          index = static_cast<int>(i);
+        }
+      } else if (!absl::SimpleAtoi(entry, &index) || index < 0 ||
+                 index >= static_cast<int>(uuids.size())) {
+        index = -1;
+      }
+      if (index < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("CUDA_VISIBLE_DEVICES entry '", entry,
+                                                       "' names none of the ", uuids.size(),
+                                                       " GPUs NVML sees"));
+      }
+      gpus.push_back(index);
+    }
+  }
+  if (nproc >= 0 && gpus.size() > static_cast<size_t>(nproc)) gpus.resize(nproc);
+  return gpus;
+}
+
+GpuCheck::GpuCheck(GpuSource& source, GpuCheckOptions options,
+                   std::function<pid_t(pid_t)> parent_of)
+    : source_(source), options_(std::move(options)), parent_of_(std::move(parent_of)) {}
+
+void GpuCheck::RoundStarted(std::vector<GpuWorker> workers, absl::Time now) {
+  workers_.clear();
+  for (const GpuWorker& worker : workers) workers_[worker.pid] = worker;
+  windows_.clear();
+  for (int gpu : options_.gpus) windows_[gpu].since = absl::ToUnixMicros(now);
+  window_start_ = now;
+  next_check_ = now + std::min(options_.first_check, options_.interval);
+  next_sample_ = now + std::min(options_.interval, kMaxSamplePeriod);
+  next_report_.reset();
+  // A new round's processes: its pictures are said afresh.
+  shared_seen_.clear();
+  shared_said_.clear();
+  idle_said_.clear();
+  if (workers_.empty()) RoundEnded();
+}
+
+void GpuCheck::RoundEnded() {
+  workers_.clear();
+  next_check_.reset();
+  next_sample_.reset();
+}
+
+std::optional<absl::Time> GpuCheck::NextDeadline() const {
+  if (!next_check_ || !next_sample_) return std::nullopt;
+  return std::min(*next_check_, *next_sample_);
+}
+
+GpuCheckOutput GpuCheck::OnTimer(absl::Time now) {
+  GpuCheckOutput out;
+  if (!next_check_ || !next_sample_) return out;
+  const bool check = now >= *next_check_;
+  if (check || now >= *next_sample_) {
+    Sample(out);
+    next_sample_ = now + std::min(options_.interval, kMaxSamplePeriod);
+  }
+  if (check) {
+    next_check_ = now + options_.interval;
+    // A full check judges idleness: a whole interval of samples is in.
+    Check(now, now - window_start_ >= options_.interval, out);
+  }
+  return out;
+}
+
+void GpuCheck::Sample(GpuCheckOutput& out) {
+  for (auto& [gpu, window] : windows_) {
+    absl::StatusOr<GpuSource::Utilization> read = source_.ReadUtilization(gpu, window.since);
+    if (!read.ok()) {
+      ReadError(gpu, read.status(), out);
+      continue;
+    }
+    window.samples += read->samples;
+    window.max_percent = std::max(window.max_percent, read->max_percent);
+    window.sum_percent += read->sum_percent;
+    window.since = std::max(window.since, read->last);
+  }
+}
+
+int GpuCheck::LocalRankOf(pid_t pid) const {
+  for (int step = 0; step < kMaxAncestors && pid > 1; ++step) {
+    auto it = workers_.find(pid);
+    if (it != workers_.end()) return it->second.local_rank;
+    pid = parent_of_(pid);
+  }
+  return -1;
+}
+
+void GpuCheck::ReadError(int gpu, const absl::Status& status, GpuCheckOutput& out) {
+  if (!errors_said_.insert(gpu).second) return;
+  out.errors.push_back(absl::StrCat("GPU check: GPU ", gpu, " cannot be read (", status.message(),
+                                    "); what cannot be read is left out"));
+}
+
+void GpuCheck::Check(absl::Time now, bool full, GpuCheckOutput& out) {
+  std::map<int, int> rank_of_local;  // local rank -> rank
+  for (const auto& [pid, worker] : workers_) rank_of_local[worker.local_rank] = worker.rank;
+  const std::set<int> node_gpus(options_.gpus.begin(), options_.gpus.end());
+
+  std::map<int, std::set<int>> on;  // GPU -> local ranks that use it
+  bool any_on_gpu = false;
+  for (int gpu : node_gpus) {
+    std::set<int>& ranks = on[gpu];
+    absl::StatusOr<std::vector<pid_t>> pids = source_.ReadProcesses(gpu);
+    if (!pids.ok()) {
+      ReadError(gpu, pids.status(), out);
+      on.erase(gpu);  // unknown: neither shared nor unused
+      continue;
+    }
+    for (pid_t pid : *pids) {
+      const int local_rank = LocalRankOf(pid);
+      if (local_rank >= 0) ranks.insert(local_rank);
+    }
+    any_on_gpu |= !ranks.empty();
+  }
+  auto busy = [&](int gpu) {
+    const Window& w = windows_[gpu];
+    return w.samples == 0 ? std::string("n/a")
+                          : absl::StrFormat("%.0f%%", w.sum_percent / w.samples);
+  };
+  auto global = [&](const std::set<int>& locals) {
+    std::vector<int> ranks;
+    for (int local : locals) ranks.push_back(rank_of_local[local]);
+    std::sort(ranks.begin(), ranks.end());
+    return ranks;
+  };
+  std::map<int, GpuSource::Memory> memory;
+  if (full) {
+    for (int gpu : node_gpus) {
+      absl::StatusOr<GpuSource::Memory> read = source_.ReadMemory(gpu);
+      if (read.ok()) {
+        memory[gpu] = *read;
+      } else {
+        ReadError(gpu, read.status(), out);
+      }
+    }
+  }
+
+  // Shared GPUs while another runs none of this node's ranks.
+  std::vector<int> shared, unused;
+  for (const auto& [gpu, ranks] : on) {
+    if (ranks.size() >= 2) shared.push_back(gpu);
+    if (ranks.empty()) unused.push_back(gpu);
+  }
+  std::string key;
+  if (!shared.empty() && !unused.empty()) {
+    for (int gpu : shared) {
+      absl::StrAppend(&key, "gpu ", gpu, ":", absl::StrJoin(on[gpu], ","), ";");
+    }
+    absl::StrAppend(&key, "unused ", absl::StrJoin(unused, ","));
+  }
+  if (any_on_gpu && key != shared_said_) {
+    if (key.empty()) {
+      out.cleared.push_back(
+          "GPU check: no GPU of this node is shared while another runs none of its ranks any "
+          "more");
+      shared_said_.clear();
+    } else if (key == shared_seen_) {
+      std::vector<std::string> groups;
+      for (int gpu : shared) {
+        const std::vector<int> locals(on[gpu].begin(), on[gpu].end());
+        std::string used = busy(gpu);
+        if (memory.contains(gpu)) absl::StrAppend(&used, " busy, ", GiB(memory[gpu].used), " used");
+        else absl::StrAppend(&used, " busy");
+        groups.push_back(absl::StrCat("local ranks ", Ranges(locals), " (ranks ",
+                                      Ranges(global(on[gpu])), ") share GPU ", gpu, " (", used,
+                                      ")"));
+      }
+      std::vector<std::string> idle_busy;
+      for (int gpu : unused) idle_busy.push_back(busy(gpu));
+      out.warnings.push_back(absl::StrCat(
+          "GPU check: ", absl::StrJoin(groups, "; "), ", while ",
+          Plural(unused.size(), "GPU ", "GPUs "), Ranges(unused), " of this node ",
+          Plural(unused.size(), "runs", "run"), " none of them (", absl::StrJoin(idle_busy, ", "),
+          " busy). The script most likely never sets its device: call "
+          "torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"])) before it creates the model or "
+          "the process group, and move the model to cuda:LOCAL_RANK, not cuda"));
+      shared_said_ = key;
+    } else {
+      // Seen once: a rank may not have moved to its own GPU yet. Look again soon.
+      shared_seen_ = key;
+      next_check_ = std::min(*next_check_, now + std::min(options_.confirm, options_.interval));
+    }
+  }
+  if (key.empty() || key == shared_said_) shared_seen_.clear();
+
+  if (full && any_on_gpu) {
+    // Idle GPUs while others work; those the warning above names are left to it.
+    std::vector<int> idle, working;
+    for (int gpu : node_gpus) {
+      const Window& w = windows_[gpu];
+      if (w.samples == 0) continue;
+      if (w.max_percent > 0) {
+        working.push_back(gpu);
+      } else if (key.empty() || std::find(unused.begin(), unused.end(), gpu) == unused.end()) {
+        idle.push_back(gpu);
+      }
+    }
+    if (working.empty()) idle.clear();
+    for (int gpu : idle) {
+      if (idle_said_.contains(gpu)) continue;
+      idle_said_.insert(gpu);
+      std::vector<int> owners;  // the local ranks this GPU is given to
+      for (size_t i = 0; i < rank_of_local.size() && !options_.gpus.empty(); ++i) {
+        if (options_.gpus[i % options_.gpus.size()] == gpu) owners.push_back(static_cast<int>(i));
+      }
+      std::vector<std::string> uses;
+      for (int local : owners) {
+        std::vector<int> its;
+        for (const auto& [other, ranks] : on) {
+          if (ranks.contains(local)) its.push_back(other);
+        }
+        uses.push_back(absl::StrCat(
+            "local rank ", local, " (rank ", rank_of_local[local], "), which ",
+            its.empty() ? "uses no GPU"
+                        : absl::StrCat("uses GPU", its.size() == 1 ? " " : "s ", Ranges(its))));
+      }
+      std::vector<std::string> others;
+      for (int other : working) others.push_back(busy(other));
+      out.warnings.push_back(absl::StrCat(
+          "GPU check: GPU ", gpu, " of this node was idle (0% busy) for the last ",
+          Seconds(now - window_start_), " while ", Plural(working.size(), "GPU ", "GPUs "),
+          Ranges(working), " worked (", absl::StrJoin(others, ", "), " busy)",
+          uses.empty() ? "" : absl::StrCat("; it is the GPU of ", absl::StrJoin(uses, ", and of ")),
+          ". Check that every rank moves its model and data to cuda:LOCAL_RANK"));
+    }
+    for (auto it = idle_said_.begin(); it != idle_said_.end();) {
+      const Window& w = windows_[*it];
+      if (w.samples > 0 && w.max_percent > 0) {
+        out.cleared.push_back(
+            absl::StrCat("GPU check: GPU ", *it, " works now (", busy(*it), " busy)"));
+        it = idle_said_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  if (!full) return;
+  std::vector<GpuFigures> figures;
+  std::vector<std::string> parts;
+  for (int gpu : node_gpus) {
+    if (!on.contains(gpu) || !memory.contains(gpu)) continue;  // could not be read
+    const Window& w = windows_[gpu];
+    GpuFigures& f = figures.emplace_back();
+    f.index = gpu;
+    f.sampled = w.samples > 0;
+    f.utilization = w.samples > 0 ? w.sum_percent / w.samples : 0;
+    f.max_utilization = w.max_percent;
+    f.memory_used = memory[gpu].used;
+    f.memory_total = memory[gpu].total;
+    f.local_ranks.assign(on[gpu].begin(), on[gpu].end());
+    parts.push_back(
+        absl::StrCat("GPU ", gpu, " ", busy(gpu), " busy, ", GiB(f.memory_used), " of ",
+                     GiB(f.memory_total), ", ",
+                     f.local_ranks.empty()
+                         ? std::string("no local rank")
+                         : absl::StrCat(Plural(f.local_ranks.size(), "local rank ", "local ranks "),
+                                        Ranges(f.local_ranks))));
+  }
+  out.figures = std::move(figures);
+  out.figures_line = absl::StrJoin(parts, "; ");
+  if (options_.report && (!next_report_ || now >= *next_report_)) {
+    out.report =
+        absl::StrCat("GPU report (last ", Seconds(now - window_start_), "): ", out.figures_line);
+    next_report_ = now + options_.report_every;
+  }
+  for (auto& [gpu, window] : windows_) {
+    window.samples = 0;
+    window.max_percent = 0;
+    window.sum_percent = 0;
+  }
+  window_start_ = now;
+}
+
+}  // namespace muster

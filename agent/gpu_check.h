@@ -1,0 +1,162 @@
+// The GPU check: while a round runs, the agent maps its workers (and the
+// processes they started) to this node's GPUs from NVML's process lists,
+// and says so when the picture is wrong:
+//   - two or more local ranks share a GPU while another GPU given to this
+//     node runs none of them: the script never called
+//     torch.cuda.set_device(LOCAL_RANK), the most common silent DDP fault;
+//   - a GPU given to this node stayed idle (0% for the whole interval)
+//     while the others worked.
+// Each warning is said once a round, and again only when the picture
+// changes; a cleared one is said too. The same check samples each GPU's utilization
+// and memory, for the metrics, the event log and --gpu-report.
+//
+// GpuSource is the seam: NVML (nvml.h) or the tests' fake. GpuCheck is the
+// rules, on the caller's time; agent.cc calls it from its loop.
+#ifndef MUSTER_AGENT_GPU_CHECK_H_
+#define MUSTER_AGENT_GPU_CHECK_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace muster {
+
+// What the check reads of the GPUs. Indices are NVML's (PCI order).
+class GpuSource {
+ public:
+  struct Memory {
+    uint64_t used = 0;  // bytes
+    uint64_t total = 0;
+  };
+  // Utilization samples (percent of time a kernel ran) taken after `since`.
+  struct Utilization {
+    int samples = 0;
+    int max_percent = 0;
+    double sum_percent = 0;
+    uint64_t last = 0;  // the newest sample's timestamp: the next `since`
+  };
+
+  virtual ~GpuSource() = default;
+  // The devices' UUIDs ("GPU-..."), by index; fixed for the source's life.
+  virtual const std::vector<std::string>& uuids() const = 0;
+  // `since`: a timestamp in microseconds since the Unix epoch (NVML's).
+  virtual absl::StatusOr<Utilization> ReadUtilization(int index, uint64_t since) = 0;
+  virtual absl::StatusOr<Memory> ReadMemory(int index) = 0;
+  // The pids of the processes that use the device (compute and graphics).
+  virtual absl::StatusOr<std::vector<pid_t>> ReadProcesses(int index) = 0;
+};
+
+// The NVML indices of the GPUs given to this node's `nproc` local ranks,
+// local rank i's being the i-th (mod their count): CUDA_VISIBLE_DEVICES's
+// when set (indices, or UUIDs and their unique prefixes, as CUDA reads
+// them), else every device; the first `nproc` of them. Empty: none.
+// Errors (kInvalidArgument, naming the entry): an entry that names no
+// device, or a MIG instance (NVML's process lists do not tell instances).
+absl::StatusOr<std::vector<int>> NodeGpus(const std::optional<std::string>& visible,
+                                          const std::vector<std::string>& uuids, int nproc);
+
+struct GpuCheckOptions {
+  // --gpu-check-interval: between checks, and the span a GPU must idle
+  // through to be called idle.
+  absl::Duration interval = absl::Seconds(30);
+  // From a round's start to its first check (at most `interval`).
+  absl::Duration first_check = absl::Seconds(5);
+  // A new picture of shared GPUs is looked at again this soon before it is
+  // said (a rank that has not moved to its own GPU yet is no fault).
+  absl::Duration confirm = absl::Seconds(5);
+  // --gpu-report: a line of every GPU's figures at the round's first full
+  // check, then every `report_every`.
+  bool report = false;
+  absl::Duration report_every = absl::Minutes(5);
+  // NodeGpus' answer.
+  std::vector<int> gpus;
+};
+
+// One worker of the running round.
+struct GpuWorker {
+  pid_t pid = 0;
+  int rank = 0;
+  int local_rank = 0;
+};
+
+// One GPU given to this node, as the last full check saw it.
+struct GpuFigures {
+  int index = 0;
+  double utilization = 0;  // percent, the mean over the interval
+  int max_utilization = 0;
+  bool sampled = false;  // NVML gave utilization samples
+  uint64_t memory_used = 0;
+  uint64_t memory_total = 0;
+  std::vector<int> local_ranks;  // of this node's, those that use it
+};
+
+// What a check found; all empty most of the time.
+struct GpuCheckOutput {
+  std::vector<std::string> warnings;  // new: to log as warnings
+  std::vector<std::string> cleared;   // a warned picture that is gone
+  std::optional<std::string> report;  // the --gpu-report line
+  // Set at each full check: every GPU's figures, and the same in one line
+  // (the event log's gpu_sample).
+  std::optional<std::vector<GpuFigures>> figures;
+  std::string figures_line;
+  // A GPU that could not be read, said once (NVML errors are per device
+  // and per feature).
+  std::vector<std::string> errors;
+};
+
+class GpuCheck {
+ public:
+  // `parent_of(pid)`: the parent of a process, 0 when it is gone (reads
+  // /proc; the tests' fake otherwise). `source` outlives the check.
+  GpuCheck(GpuSource& source, GpuCheckOptions options, std::function<pid_t(pid_t)> parent_of);
+
+  // The round's workers started at `now`: checks begin.
+  void RoundStarted(std::vector<GpuWorker> workers, absl::Time now);
+  // The workers are stopping or gone: no checks until the next round.
+  void RoundEnded();
+
+  // When OnTimer must next run; nullopt: no round runs.
+  std::optional<absl::Time> NextDeadline() const;
+  GpuCheckOutput OnTimer(absl::Time now);
+
+  const GpuCheckOptions& options() const { return options_; }
+
+ private:
+  struct Window {  // utilization since the last full check, per GPU
+    int samples = 0;
+    int max_percent = 0;
+    double sum_percent = 0;
+    uint64_t since = 0;
+  };
+  void Sample(GpuCheckOutput& out);
+  void Check(absl::Time now, bool full, GpuCheckOutput& out);
+  // The worker a process belongs to (itself or an ancestor); -1: none.
+  int LocalRankOf(pid_t pid) const;
+  void ReadError(int gpu, const absl::Status& status, GpuCheckOutput& out);
+
+  GpuSource& source_;
+  const GpuCheckOptions options_;
+  const std::function<pid_t(pid_t)> parent_of_;
+  std::map<pid_t, GpuWorker> workers_;  // by pid; empty between rounds
+  std::map<int, Window> windows_;       // by NVML index
+  absl::Time window_start_;
+  std::optional<absl::Time> next_check_, next_sample_;
+  std::optional<absl::Time> next_report_;  // unset: at the next full check
+  // What was said, so that it is said again only when it changes.
+  std::string shared_said_, shared_seen_;
+  std::set<int> idle_said_;
+  std::set<int> errors_said_;
+};
+
+}  // namespace muster
+
+#endif  // MUSTER_AGENT_GPU_CHECK_H_
