@@ -11,7 +11,7 @@
 // and memory, for the metrics, the event log and --gpu-report.
 //
 // GpuSource is the seam: NVML (nvml.h) or the tests' fake. GpuCheck is the
-// rules, on the caller's time; agent.cc calls it from its loop.
+// rules, on the caller's time; gpu_watcher.h runs them on a thread of their own.
 #ifndef MUSTER_AGENT_GPU_CHECK_H_
 #define MUSTER_AGENT_GPU_CHECK_H_
 
