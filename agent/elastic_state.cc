@@ -184,16 +184,18 @@ Actions ElasticState::OnWorkersStarted(int started, std::optional<WorkerFailure>
   }
   if (spawn_failure) {
     failures_.push_back(*spawn_failure);
-    if (in_preflight()) {
-      failures_.back().preflight = true;
-      after_preflight_.reset();
-    }
+    if (in_preflight()) EndPreflightFailed();
     Log(&out, Level::kError,
         absl::StrCat("rank ", spawn_failure->rank, " could not start: ",
                      spawn_failure->error ? spawn_failure->error->message : ""));
     ReportFailureAndStop(failures_.back(), now, &out);
   }
   return out;
+}
+
+void ElasticState::EndPreflightFailed() {
+  failures_.back().preflight = true;
+  after_preflight_.reset();
 }
 
 void ElasticState::ReportFailureAndStop(const WorkerFailure& failure, absl::Time now,
@@ -240,8 +242,7 @@ Actions ElasticState::OnWorkerExit(const ExitStatus& status, const WorkerFailure
     if (!status.success()) {
       failures_.push_back(failure);
       if (in_preflight()) {
-        failures_.back().preflight = true;
-        after_preflight_.reset();
+        EndPreflightFailed();
         Log(&out, Level::kError,
             absl::StrCat("the pre-flight all-reduce failed: rank ", failure.rank, " (local rank ",
                          failure.local_rank, ") ", DescribeExit(failure),

@@ -221,6 +221,9 @@ class ElasticState {
   static bool IsUnanswered(const absl::Status& status);
   void OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::Time now, Actions* out);
   void ReportFailureAndStop(const WorkerFailure& failure, absl::Time now, Actions* out);
+  // The last of failures_ is the pre-flight's: marked so, and the script's
+  // start that waited for it dropped.
+  void EndPreflightFailed();
   void StopWorkers(int sig, absl::Time now, Actions* out);
   void OnAllStopped(absl::Time now, Actions* out);
   void OnPushed(const rdzv::WatchEvent& event, absl::Time now, Actions* out);

@@ -186,8 +186,7 @@ void GpuCheck::Check(absl::Time now, bool full, GpuCheckOutput& out) {
   }
   auto busy = [&](int gpu) {
     const Window& w = windows_[gpu];
-    return w.samples == 0 ? std::string("n/a")
-                          : absl::StrFormat("%.0f%%", w.sum_percent / w.samples);
+    return w.samples == 0 ? std::string("n/a") : absl::StrFormat("%.0f%%", w.mean());
   };
   auto global = [&](const std::set<int>& locals) {
     std::vector<int> ranks;
@@ -316,7 +315,7 @@ void GpuCheck::Check(absl::Time now, bool full, GpuCheckOutput& out) {
     GpuFigures& f = figures.emplace_back();
     f.index = gpu;
     f.sampled = w.samples > 0;
-    f.utilization = w.samples > 0 ? w.sum_percent / w.samples : 0;
+    f.utilization = w.mean();
     f.max_utilization = w.max_percent;
     f.memory_used = memory[gpu].used;
     f.memory_total = memory[gpu].total;

@@ -136,6 +136,7 @@ class GpuCheck {
     int max_percent = 0;
     double sum_percent = 0;
     uint64_t since = 0;
+    double mean() const { return samples > 0 ? sum_percent / samples : 0; }
   };
   void Sample(GpuCheckOutput& out);
   void Check(absl::Time now, bool full, GpuCheckOutput& out);

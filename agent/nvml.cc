@@ -8,7 +8,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "agent/nvml_api.h"
 #include "agent/stack_capture.h"
 
@@ -211,12 +210,8 @@ absl::StatusOr<std::unique_ptr<GpuSource>> OpenNvml(const std::string& library) 
 }
 
 pid_t ParentPid(pid_t pid) {
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
   const std::string stat = ReadProcFile(absl::StrCat("/proc/", pid, "/stat"));
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::vector<absl::string_view> fields =
-      absl::StrSplit(absl::string_view(stat).substr(close + 1), ' ', absl::SkipEmpty());
+  const std::vector<absl::string_view> fields = ProcStatFields(stat);
   int parent = 0;
   if (fields.size() < 2 || !absl::SimpleAtoi(fields[1], &parent)) return 0;
   return parent;

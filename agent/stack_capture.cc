@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "common/unique_handle.h"
@@ -190,10 +191,9 @@ std::vector<std::string> ThreadsInDState(pid_t pid) {
   while (const dirent* entry = readdir(dir.get())) {
     if (entry->d_name[0] == '.') continue;
     const std::string task = absl::StrCat(tasks, "/", entry->d_name);
-    std::string stat = ReadProcFile(task + "/stat");
-    // "tid (comm) S ...": the state follows the last ')'.
-    const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'D') continue;
+    const std::string stat = ReadProcFile(task + "/stat");
+    const std::vector<absl::string_view> fields = ProcStatFields(stat);
+    if (fields.empty() || fields[0] != "D") continue;
     std::string wchan = ReadProcFile(task + "/wchan");
     stuck.push_back(wchan.empty() || wchan == "0" ? std::string(entry->d_name)
                                                   : absl::StrCat(entry->d_name, " in ", wchan));
@@ -209,6 +209,12 @@ std::string ReadProcFile(const std::string& path) {
   char buffer[4096];
   const ssize_t n = read(fd.get(), buffer, sizeof buffer);
   return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : "";
+}
+
+std::vector<absl::string_view> ProcStatFields(absl::string_view stat) {
+  const size_t close = stat.rfind(')');
+  if (close == absl::string_view::npos) return {};
+  return absl::StrSplit(stat.substr(close + 1), absl::ByAnyChar(" \n"), absl::SkipEmpty());
 }
 
 const char* PythonStacksScript() {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace muster {
@@ -38,6 +39,11 @@ struct StackTool {
 
 // A /proc file's text, at most 4 KiB of it; "" when it cannot be read.
 std::string ReadProcFile(const std::string& path);
+
+// The fields of a /proc/<pid>/stat (or task stat) text after "pid (comm)",
+// the process' name, which may hold spaces and parentheses: [0] its state,
+// [1] its parent's pid, ... Empty when the text is not one.
+std::vector<absl::string_view> ProcStatFields(absl::string_view stat);
 
 // The gdb script that prints each Python thread's frames (CPython 3.11),
 // which StackToolsFor's gdb runs from `script`.
