@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -180,14 +182,13 @@ std::string Describe(const Run& run, absl::Duration limit) {
   return out;
 }
 
-// Threads of `pid` in D state (uninterruptible, in the kernel), each with
-// what it waits in: "1234 in nfs_wait_bit_killable". A tracer would wait
-// with them.
-std::vector<std::string> ThreadsInDState(pid_t pid) {
-  std::vector<std::string> stuck;
+// Threads of `pid` in D state (uninterruptible, in the kernel) now, by
+// tid, each with what it waits in: "1234 in nfs_wait_bit_killable".
+std::map<std::string, std::string> ThreadsInDState(pid_t pid) {
+  std::map<std::string, std::string> in_d;
   const std::string tasks = absl::StrCat("/proc/", pid, "/task");
   const UniqueDir dir(opendir(tasks.c_str()));
-  if (!dir.valid()) return stuck;
+  if (!dir.valid()) return in_d;
   while (const dirent* entry = readdir(dir.get())) {
     if (entry->d_name[0] == '.') continue;
     const std::string task = absl::StrCat(tasks, "/", entry->d_name);
@@ -195,8 +196,45 @@ std::vector<std::string> ThreadsInDState(pid_t pid) {
     const std::vector<absl::string_view> fields = ProcStatFields(stat);
     if (fields.empty() || fields[0] != "D") continue;
     std::string wchan = ReadProcFile(task + "/wchan");
-    stuck.push_back(wchan.empty() || wchan == "0" ? std::string(entry->d_name)
-                                                  : absl::StrCat(entry->d_name, " in ", wchan));
+    in_d[entry->d_name] = wchan.empty() || wchan == "0"
+                              ? std::string(entry->d_name)
+                              : absl::StrCat(entry->d_name, " in ", wchan);
+  }
+  return in_d;
+}
+
+// A thread passes through D for a page-in or a short read and is soon out
+// again (a process just forked, or one writing a checkpoint); one that
+// stays would hold a tracer with it. Stuck: in D at every look, kDStateLook
+// apart, for kDStateWatch.
+constexpr absl::Duration kDStateWatch = absl::Milliseconds(500);
+constexpr absl::Duration kDStateLook = absl::Milliseconds(25);
+
+// Of `pids`, those with threads stuck in D state, with those threads (at
+// most until `deadline`; no wait when none is in D at the first look).
+std::map<pid_t, std::vector<std::string>> ThreadsStuckInDState(const std::vector<pid_t>& pids,
+                                                               absl::Time deadline) {
+  std::map<pid_t, std::map<std::string, std::string>> watched;
+  for (pid_t pid : pids) {
+    std::map<std::string, std::string> in_d = ThreadsInDState(pid);
+    if (!in_d.empty()) watched[pid] = std::move(in_d);
+  }
+  const absl::Time until = std::min(absl::Now() + kDStateWatch, deadline);
+  while (!watched.empty() && absl::Now() < until) {
+    absl::SleepFor(kDStateLook);
+    for (auto it = watched.begin(); it != watched.end();) {
+      const std::map<std::string, std::string> in_d = ThreadsInDState(it->first);
+      std::map<std::string, std::string> still;
+      for (const auto& seen : it->second) {
+        if (auto now = in_d.find(seen.first); now != in_d.end()) still.insert(*now);
+      }
+      it->second = std::move(still);
+      it = it->second.empty() ? watched.erase(it) : std::next(it);
+    }
+  }
+  std::map<pid_t, std::vector<std::string>> stuck;
+  for (const auto& [pid, threads] : watched) {
+    for (const auto& [tid, what] : threads) stuck[pid].push_back(what);
   }
   return stuck;
 }
@@ -359,16 +397,24 @@ std::map<pid_t, std::string> CaptureStacks(
     }
   }
   std::vector<size_t> next(chains.size(), 0);  // per chain, the run under way
-  // A thread in D state would hold a tracer (and, once the tracer is
+  // A thread stuck in D state would hold a tracer (and, once the tracer is
   // killed, leave the worker stopped): such a worker is not attached.
+  std::vector<pid_t> pids;
+  for (const auto& chain : chains) {
+    if (!chain.empty()) pids.push_back(chain.front().target);
+  }
+  const absl::Time looked = absl::Now();
+  const std::map<pid_t, std::vector<std::string>> stuck = ThreadsStuckInDState(pids, deadline);
+  const absl::Duration watched = absl::Trunc(absl::Now() - looked, absl::Milliseconds(1));
   std::map<pid_t, std::string> stacks;
   for (size_t c = 0; c < chains.size(); ++c) {
     if (chains[c].empty()) continue;
     const pid_t pid = chains[c].front().target;
-    std::vector<std::string> stuck = ThreadsInDState(pid);
-    if (stuck.empty()) continue;
-    stacks[pid] = absl::StrCat("not attached: thread(s) ", absl::StrJoin(stuck, ", "),
-                               " in D state (waiting in the kernel); a debugger would wait too\n");
+    auto it = stuck.find(pid);
+    if (it == stuck.end()) continue;
+    stacks[pid] = absl::StrCat("not attached: thread(s) ", absl::StrJoin(it->second, ", "),
+                               " stayed in D state (waiting in the kernel) for ",
+                               absl::FormatDuration(watched), "; a debugger would wait too\n");
     next[c] = chains[c].size();
   }
   auto start_next = [&](size_t c) {

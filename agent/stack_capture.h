@@ -5,8 +5,9 @@
 // native frames, then for a Python worker gdb with CPython's extension
 // reading each Python thread's frames from the interpreter's memory. The
 // worker's environment, signal dispositions and the signal it then dies of
-// are untouched. A worker with a thread in D state is not attached (the
-// tool would hang with it); what the kernel says it waits in is given.
+// are untouched. A worker with a thread that stays in D state (half a
+// second of looks) is not attached (the tool would hang with it); what the
+// kernel says it waits in is given.
 #ifndef MUSTER_AGENT_STACK_CAPTURE_H_
 #define MUSTER_AGENT_STACK_CAPTURE_H_
 
@@ -44,6 +45,7 @@ std::string ReadProcFile(const std::string& path);
 // the process' name, which may hold spaces and parentheses: [0] its state,
 // [1] its parent's pid, ... Empty when the text is not one.
 std::vector<absl::string_view> ProcStatFields(absl::string_view stat);
+std::vector<absl::string_view> ProcStatFields(std::string&& stat) = delete;  // would dangle
 
 // The gdb script that prints each Python thread's frames (CPython 3.11),
 // which StackToolsFor's gdb runs from `script`.
