@@ -32,6 +32,7 @@
 #include "common/release_mode.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/grpc_exit.h"
 #include "rendezvous/job_events.h"
 #include "rendezvous/munge_credential.h"
 #include "rendezvous/protocol.h"
@@ -632,5 +633,5 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   muster::EnterReleaseMode();
-  return muster::Main(argc, argv);
+  return muster::rdzv::FinishGrpc(muster::Main(argc, argv));
 }

@@ -11,6 +11,7 @@
 #include "launcher/command_line.h"
 #include "launcher/completion.h"
 #include "launcher/run.h"
+#include "rendezvous/grpc_exit.h"
 
 namespace muster {
 namespace {
@@ -52,5 +53,5 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   muster::EnterReleaseMode();
-  return muster::Main(argc, argv);
+  return muster::rdzv::FinishGrpc(muster::Main(argc, argv));
 }

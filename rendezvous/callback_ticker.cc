@@ -27,12 +27,12 @@ struct TickCall {
 
 class CallbackTickerImpl final : public CallbackTicker {
  public:
-  CallbackTickerImpl()
+  explicit CallbackTickerImpl(absl::Duration interval)
       // No credentials: gRPC makes a lame channel, whose calls fail at once
       // (a completion on the callback queue) without a socket or a server.
       : channel_(grpc::CreateCustomChannel("", nullptr, grpc::ChannelArguments())),
-        stub_(Rendezvous::NewStub(channel_)), counters_(std::make_shared<Counters>()),
-        thread_([this] { Loop(); }) {}
+        stub_(Rendezvous::NewStub(channel_)), interval_(interval),
+        counters_(std::make_shared<Counters>()), thread_([this] { Loop(); }) {}
 
   ~CallbackTickerImpl() override {
     {
@@ -41,13 +41,26 @@ class CallbackTickerImpl final : public CallbackTicker {
     }
     thread_.join();
     // A lame call completes at once; the bound only keeps a stuck gRPC from
-    // hanging the exit (the callbacks own what they touch).
-    absl::MutexLock lock(&counters_->mu);
-    counters_->mu.AwaitWithTimeout(
-        absl::Condition(
-            +[](Counters* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) { return c->in_flight == 0; },
-            counters_.get()),
-        absl::Seconds(5));
+    // hanging the exit.
+    bool ended;
+    {
+      absl::MutexLock lock(&counters_->mu);
+      ended = counters_->mu.AwaitWithTimeout(
+          absl::Condition(
+              +[](Counters* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) { return c->in_flight == 0; },
+              counters_.get()),
+          absl::Seconds(5));
+    }
+    // The channel goes here, on this thread, once no call holds it: the
+    // last channel of a process must never go on a callback thread, where
+    // gRPC would shut its callback queue down and free it under the thread
+    // that runs it (callback_ticker.h, "The end"). A tick that never
+    // completed holds it still: it is kept for good then, and the callback
+    // threads with it, rather than freed under one of them later.
+    if (!ended) {
+      new std::shared_ptr<grpc::Channel>(channel_);  // leaked on purpose
+      static_cast<void>(stub_.release());
+    }
   }
 
   int64_t ticks() const override {
@@ -58,7 +71,7 @@ class CallbackTickerImpl final : public CallbackTicker {
  private:
   void Loop() {
     absl::MutexLock lock(&mu_);
-    while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), kCallbackTickInterval)) {
+    while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval_)) {
       {
         absl::MutexLock counted(&counters_->mu);
         // The last tick is still queued: the callback threads are busy anyway.
@@ -68,7 +81,10 @@ class CallbackTickerImpl final : public CallbackTicker {
       auto call = std::make_shared<TickCall>();
       call->context.set_deadline(absl::ToChronoTime(absl::Now() + kNextingThreadIdleTimeout));
       stub_->async()->Status(&call->context, &call->request, &call->response,
-                             [call, counters = counters_](grpc::Status) {
+                             [call, counters = counters_](grpc::Status) mutable {
+                               // The call's ClientContext holds the channel: it goes
+                               // before the count that lets the destructor go on.
+                               call.reset();
                                absl::MutexLock counted(&counters->mu);
                                --counters->in_flight;
                                ++counters->ticks;
@@ -77,7 +93,8 @@ class CallbackTickerImpl final : public CallbackTicker {
   }
 
   const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<Rendezvous::Stub> stub_;
+  std::unique_ptr<Rendezvous::Stub> stub_;
+  const absl::Duration interval_;
   const std::shared_ptr<Counters> counters_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -93,10 +110,14 @@ std::shared_ptr<CallbackTicker> CallbackTicker::Acquire() {
   absl::MutexLock lock(&mu);
   std::shared_ptr<CallbackTicker> ticker = current->lock();
   if (!ticker) {
-    ticker = std::make_shared<CallbackTickerImpl>();
+    ticker = std::make_shared<CallbackTickerImpl>(kCallbackTickInterval);
     *current = ticker;
   }
   return ticker;
+}
+
+std::unique_ptr<CallbackTicker> CallbackTicker::StartForTest(absl::Duration interval) {
+  return std::make_unique<CallbackTickerImpl>(interval);
 }
 
 }  // namespace muster::rdzv

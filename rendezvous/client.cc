@@ -339,10 +339,15 @@ void GrpcRendezvousClient::Unary(
   auto call = std::make_shared<std::pair<Request, Response>>(request, Response());
   (stub_->async()->*method)(context, &call->first, &call->second,
                             [this, context, call, convert = std::move(convert),
-                             done = std::move(done)](grpc::Status status) {
-                              Result result = convert(FromCall(status), call->second);
-                              done(std::move(result));
-                              EndCall(context);  // last: the destructor may be waiting for it
+                             done = std::move(done)](grpc::Status status) mutable {
+                              done(convert(FromCall(status), call->second));
+                              // Nothing of the call outlives EndCall, which may let
+                              // the destructor go on: the caller's callback goes here,
+                              // not after the client.
+                              call.reset();
+                              convert = nullptr;
+                              done = nullptr;
+                              EndCall(context);
                             });
 }
 

@@ -59,7 +59,10 @@ class RendezvousClient {
                                                   const ClientOptions& options = {});
 
   // Implementations cancel what is in flight and return only when no
-  // callback can run any more.
+  // callback can run any more and the callbacks given to the calls are
+  // destroyed; the gRPC one then drops its channel, and its share of the
+  // process's callback threads (callback_ticker.h, "The end"). REQUIRES: not
+  // called from within one of this client's callbacks.
   virtual ~RendezvousClient() = default;
 
   // Where the rendezvous is, for messages.

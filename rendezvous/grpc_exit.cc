@@ -1,6 +1,12 @@
 #include "rendezvous/grpc_exit.h"
 
+#include <errno.h>  // program_invocation_short_name
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <grpc/grpc.h>
+#include <spdlog/spdlog.h>
 
 #include "absl/time/clock.h"
 
@@ -15,6 +21,18 @@ bool WaitForGrpcShutdown(absl::Duration limit) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   return true;
+}
+
+int FinishGrpc(int code, absl::Duration limit) {
+  if (WaitForGrpcShutdown(limit)) return code;
+  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& logger) { logger->flush(); });
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "%s: gRPC had not finished cleaning up %s after the end; exiting %d without "
+               "it (please report this)\n",
+               program_invocation_short_name, absl::FormatDuration(limit).c_str(), code);
+  std::fflush(stderr);
+  _exit(code);
 }
 
 }  // namespace muster::rdzv

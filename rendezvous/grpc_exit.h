@@ -2,6 +2,8 @@
 // of gRPC's own threads, gRPC cleans up in a detached thread; a process that
 // returns from main meanwhile runs its static destructors under that thread
 // and can die on its way out (SIGABRT or SIGSEGV after a job that succeeded).
+// The order that keeps the last object on the program's own thread is in
+// callback_ticker.h ("The end").
 #ifndef MUSTER_RENDEZVOUS_GRPC_EXIT_H_
 #define MUSTER_RENDEZVOUS_GRPC_EXIT_H_
 
@@ -13,6 +15,15 @@ namespace muster::rdzv {
 // most `limit`; false if it had not by then. Call at the end of main, after
 // every gRPC object of the program is destroyed.
 bool WaitForGrpcShutdown(absl::Duration limit);
+
+// What main returns, as `return FinishGrpc(Main(argc, argv));`: `code`, once
+// gRPC has cleaned up (at once for a program that never used it). If it has
+// not within `limit` (an object left on one of its threads: a defect), the
+// process does not return through the static destructors, which would race
+// gRPC's threads into a crash that tells the caller the job failed: it
+// flushes spdlog's loggers and the standard streams, says so on stderr, and
+// ends with _exit(code).
+int FinishGrpc(int code, absl::Duration limit = absl::Seconds(2));
 
 }  // namespace muster::rdzv
 

@@ -578,5 +578,5 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   muster::EnterReleaseMode();
-  return muster::Main(argc, argv);
+  return muster::rdzv::FinishGrpc(muster::Main(argc, argv));
 }

@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+"""Every way muster, musterd and musterctl end, over and over (issue 30).
+
+An agent that exits after its job ended must say how the job ended, every
+time: a gRPC object freed on one of gRPC's threads while the process goes
+down made 5 in 8,000 agent exits die of a double free (134 in a release
+build), which Slurm reads as a failed job. A race of 1 in 1,000 shows only in
+thousands of exits, so this runs each exit path many times, K agents at a
+time against one musterd, and checks each process's exit code against the
+documented one, and (under the sanitizers) that no process left a report.
+
+The paths, with the exit codes they must give:
+  success      every worker exits 0                         agents 0
+  failure      every worker exits 1, no restart left         agents 1
+  closed       rank 0's worker fails, the others run on:     agents 1
+               the job is closed by another node
+  stop         `musterctl stop` while the workers run        agents 1, musterctl 0
+  sigterm      SIGTERM to every agent while the workers run  agents 143 (128 + 15)
+  gone         musterd stopped (SIGTERM or SIGINT, in turn)  agents 0, musterd 0
+               while the workers run; they finish, and the
+               agents give up telling it after join_timeout
+  unreachable  no rendezvous at all: the join times out      agents 1
+Beside the batches that stop or lose a running job, `musterctl status` (0
+while it runs) and `musterctl watch` (1: the job was stopped, or the watch
+cut by musterd's end); after the batches, the shared musterd gets SIGTERM (0).
+
+ctest runs a short form (test_exits.ExitPaths). The long form, for
+docs/BENCHMARKS.md:
+  tests/integration/test_exits.py --exits 20000 --agents 50 [--paths success,stop]
+with MUSTER, MUSTERD and MUSTERCTL naming the binaries (a sanitized tree's),
+and the sanitizers' log_path under --sanitizer-logs DIR: any report there
+fails the run."""
+import argparse
+import glob
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from harness import MUSTER, ROOT, env, read_file, release_ports, reserve_port, wait_for
+
+MUSTERD = os.environ.get("MUSTERD", os.path.join(ROOT, "build", "rendezvous", "musterd"))
+MUSTERCTL = os.environ.get("MUSTERCTL", os.path.join(ROOT, "build", "ctl", "musterctl"))
+SERVING = re.compile(r"musterd: serving rendezvous on (\S+):(\d+)$", re.M)
+
+PATHS = ("success", "failure", "closed", "stop", "sigterm", "gone", "unreachable")
+# Longest a batch may take before it is counted as hung (and killed): a hang
+# is a failure of its own.
+BATCH_TIMEOUT = 180
+# What a worker does: `{dir}` is the batch's directory, where each worker
+# writes its pid under its rank once it runs.
+RUNNING = "echo $$ > {dir}/w.$RANK.tmp && mv {dir}/w.$RANK.tmp {dir}/w.$RANK; "
+GO = "while [ ! -e {dir}/go ]; do sleep 0.05; done"  # until the test says go
+WORKERS = {
+    "success": "exit 0",
+    "failure": "exit 1",
+    "closed": RUNNING + '[ "$RANK" != 0 ] && exec sleep 120; ' + GO + "; exit 1",
+    "stop": RUNNING + "exec sleep 120",
+    "sigterm": RUNNING + "exec sleep 120",
+    "gone": RUNNING + GO,
+    "unreachable": "exit 0",
+}
+AGENT_CODE = {"success": 0, "failure": 1, "closed": 1, "stop": 1, "sigterm": 128 + signal.SIGTERM,
+              "gone": 0, "unreachable": 1}
+# join_timeout of the paths that wait for it to run out.
+GIVE_UP_S = {"gone": 8, "unreachable": 2}
+
+
+class Process:
+    """A program run in the background in a session of its own, its output in files."""
+
+    def __init__(self, directory, name, argv, **extra_env):
+        self.name = name
+        self.out_path = os.path.join(directory, name + ".out")
+        self.err_path = os.path.join(directory, name + ".err")
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen(argv, env=env(**extra_env), stdout=out, stderr=err,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def wait(self, deadline):
+        """The exit code, or None if it still ran at `deadline` (time.monotonic)."""
+        try:
+            return self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=30)
+
+    def err(self, tail=1500):
+        return read_file(self.err_path)[-tail:]
+
+
+class Musterd(Process):
+    def __init__(self, directory, name="musterd"):
+        super().__init__(directory, name, [MUSTERD, "--listen", "127.0.0.1", "--port", "0"])
+        wait_for(lambda: SERVING.search(read_file(self.out_path)) or self.proc.poll() is not None,
+                 timeout=30)
+        match = SERVING.search(read_file(self.out_path))
+        if not match:
+            self.kill()
+            raise RuntimeError(f"musterd did not start: {self.err()}")
+        self.endpoint = f"127.0.0.1:{match.group(2)}"
+
+
+class Run:
+    """Batches of agents on each path, with what went wrong in each."""
+
+    def __init__(self, directory, agents, log=print):
+        self.dir = directory
+        self.agents = agents
+        self.log = log
+        self.exits = {"muster": 0, "musterd": 0, "musterctl": 0}
+        self.wrong = []  # (what, expected code, code, its stderr's end)
+        self.musterd = None
+        self.batch = 0
+
+    def check(self, process, expected, code):
+        self.exits[os.path.basename(process.proc.args[0])] += 1
+        if code != expected:
+            self.wrong.append((f"batch {self.batch}: {process.name}", expected, code,
+                               process.err()))
+
+    def ctl(self, *args):
+        return subprocess.run([MUSTERCTL, *args], env=env(), capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+
+    @staticmethod
+    def go(work):
+        with open(os.path.join(work, "go"), "w"):
+            pass
+
+    def run_batch(self, path):
+        self.batch += 1
+        work = os.path.join(self.dir, f"b{self.batch}")
+        os.makedirs(work)
+        own_musterd = None
+        if path == "gone":
+            own_musterd = Musterd(work)
+            endpoint = own_musterd.endpoint
+        elif path == "unreachable":
+            endpoint = f"127.0.0.1:{reserve_port()}"  # bound, never listening: refused
+        else:
+            if self.musterd is None:
+                self.musterd = Musterd(self.dir)
+            endpoint = self.musterd.endpoint
+        job = f"j{self.batch}"
+        conf = "is_host=0"
+        if path in GIVE_UP_S:
+            conf += f",join_timeout={GIVE_UP_S[path]}"
+        agents = [Process(work, f"a{n}", [
+            MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", job,
+            "--nnodes", str(self.agents), "--nproc-per-node", "1", "--max-restarts", "0",
+            "--rdzv-conf", conf, "--no-python", "sh", "-c", WORKERS[path].format(dir=work)])
+                  for n in range(self.agents)]
+        deadline = time.monotonic() + BATCH_TIMEOUT
+        watch = None
+        try:
+            if path in ("closed", "stop", "sigterm", "gone"):
+                everyone = lambda: len(glob.glob(os.path.join(work, "w.[0-9]*"))) == self.agents
+                if not wait_for(everyone, timeout=BATCH_TIMEOUT / 2, interval=0.05):
+                    raise TimeoutError("the workers did not all start")
+                if path == "closed":
+                    self.go(work)
+                else:
+                    status = self.ctl("status", "--endpoint", endpoint, job)
+                    self.exits["musterctl"] += 1
+                    if status.returncode != 0:
+                        self.wrong.append((f"batch {self.batch}: musterctl status", 0,
+                                           status.returncode, status.stderr[-1500:]))
+            if path in ("stop", "gone"):
+                watch = Process(work, "watch", [MUSTERCTL, "watch", "--endpoint", endpoint, job])
+                # The watch is open once it printed the job's state.
+                wait_for(lambda: os.path.getsize(watch.out_path) > 0 or
+                         watch.proc.poll() is not None, timeout=30)
+            if path == "stop":
+                stop = self.ctl("stop", "--endpoint", endpoint, job, "--reason", "exit test")
+                self.exits["musterctl"] += 1
+                if stop.returncode != 0:
+                    self.wrong.append((f"batch {self.batch}: musterctl stop", 0,
+                                       stop.returncode, stop.stderr[-1500:]))
+            elif path == "sigterm":
+                for agent in agents:
+                    agent.proc.send_signal(signal.SIGTERM)
+            elif path == "gone":
+                own_musterd.proc.send_signal(signal.SIGTERM if self.batch % 2 else signal.SIGINT)
+                self.check(own_musterd, 0, own_musterd.wait(deadline))
+                self.go(work)
+            for agent in agents:
+                self.check(agent, AGENT_CODE[path], agent.wait(deadline))
+            if watch is not None:
+                # Cut by musterd's end, or the job failed: 1.
+                self.check(watch, 1, watch.wait(deadline))
+        except TimeoutError as e:
+            self.wrong.append((f"batch {self.batch} ({path})", "-", "timeout", str(e)))
+        finally:
+            for p in agents + [p for p in (watch, own_musterd) if p is not None]:
+                p.kill()
+            release_ports()
+
+    def finish(self):
+        if self.musterd is not None:
+            self.musterd.proc.send_signal(signal.SIGTERM)
+            self.check(self.musterd, 0, self.musterd.wait(time.monotonic() + 60))
+            self.musterd.kill()
+            self.musterd = None
+
+
+def sanitizer_reports(directory):
+    return sorted(glob.glob(os.path.join(directory, "*"))) if directory else []
+
+
+def long_form(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--exits", type=int, default=2000,
+                        help="agent exits to make in all (default 2000)")
+    parser.add_argument("--agents", type=int, default=50, help="agents a batch (default 50)")
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help=f"comma-separated, from {','.join(PATHS)}")
+    parser.add_argument("--sanitizer-logs", default="",
+                        help="where the sanitizers write their reports (log_path's directory)")
+    args = parser.parse_args(argv)
+    paths = args.paths.split(",")
+    if unknown := [p for p in paths if p not in PATHS]:
+        parser.error(f"unknown path {', '.join(unknown)}; the paths are {', '.join(PATHS)}")
+    if args.agents < 2 or args.exits < args.agents:
+        parser.error("--agents must be 2 or more, and --exits at least --agents")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="muster-exits-") as directory:
+        run = Run(directory, args.agents)
+        counts = {p: 0 for p in paths}
+        try:
+            for path in itertools.cycle(paths):
+                if run.exits["muster"] >= args.exits:
+                    break
+                run.run_batch(path)
+                counts[path] += 1
+                if run.batch % 20 == 0:
+                    print(f"{run.batch} batches, {run.exits['muster']} agent exits, "
+                          f"{len(run.wrong)} wrong, {time.monotonic() - started:.0f} s",
+                          flush=True)
+        finally:
+            run.finish()
+    reports = sanitizer_reports(args.sanitizer_logs)
+    for what, expected, code, err in run.wrong[:20]:
+        print(f"WRONG {what}: exit {code}, documented {expected}\n{err}", file=sys.stderr)
+    for report in reports[:5]:
+        print(f"--- {report}\n{read_file(report)}", file=sys.stderr)
+    print(f"exits: {run.exits['muster']} muster, {run.exits['musterd']} musterd, "
+          f"{run.exits['musterctl']} musterctl, in {run.batch} batches of {args.agents} agents "
+          f"({', '.join(f'{p} {n}' for p, n in counts.items())}), "
+          f"{time.monotonic() - started:.0f} s")
+    print(f"{len(run.wrong)} wrong exit code(s), {len(reports)} sanitizer report(s)")
+    return 0 if not run.wrong and not reports else 1
+
+
+class ExitPaths(unittest.TestCase):
+    """The short form: each path twice, 6 agents a batch, every exit code as documented.
+    Sanitizer reports are scripts/test --sanitize's to find (<tree>/sanitizer-logs)."""
+
+    def test_every_exit_code_as_documented(self):
+        with tempfile.TemporaryDirectory(prefix="muster-exits-") as directory:
+            run = Run(directory, agents=6)
+            try:
+                for path in PATHS * 2:
+                    with self.subTest(path=path, batch=run.batch + 1):
+                        before = len(run.wrong)
+                        run.run_batch(path)
+                        self.assertEqual(run.wrong[before:], [])
+            finally:
+                run.finish()
+            self.assertEqual(run.wrong, [])
+            self.assertEqual(run.exits["muster"], 6 * 2 * len(PATHS))
+
+
+if __name__ == "__main__":
+    sys.exit(long_form(sys.argv[1:]))
