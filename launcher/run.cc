@@ -35,7 +35,6 @@
 #include "launcher/rendezvous_host.h"
 #include "rendezvous/etcd_client.h"
 #include "rendezvous/etcd_rendezvous.h"
-#include "rendezvous/grpc_exit.h"
 #include "rendezvous/grpc_log.h"
 #include "rendezvous/local_client.h"
 #include "rendezvous/metrics.h"
@@ -79,15 +78,16 @@ struct Rendezvous {
   std::unique_ptr<rdzv::RendezvousClient> client;
 
   // The server stops taking calls first, then the hub tells what waits that
-  // it is going away; both are dropped, and gRPC has cleaned up on return
-  // (see grpc_exit.h). Call after the agent that used `client` is gone.
+  // it is going away; all are dropped here, on the main thread, never in a
+  // gRPC callback, and main then waits for gRPC's clean-up (FinishGrpc; the
+  // order is callback_ticker.h's "The end"). Call after the agent that used
+  // `client` is gone.
   void Shutdown() {
     if (server) server->Shutdown();
     if (hub) hub->Shutdown();
     server.reset();
     hub.reset();
     client.reset();
-    rdzv::WaitForGrpcShutdown(absl::Seconds(2));
   }
 };
 

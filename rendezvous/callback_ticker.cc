@@ -7,6 +7,7 @@
 #include "absl/base/const_init.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/log.h"
 #include "proto/rendezvous.grpc.pb.h"
 
 namespace muster::rdzv {
@@ -58,6 +59,9 @@ class CallbackTickerImpl final : public CallbackTicker {
     // completed holds it still: it is kept for good then, and the callback
     // threads with it, rather than freed under one of them later.
     if (!ended) {
+      Logger("rdzv")->warn(
+          "gRPC did not complete a call on a channel with no server within 5 s; its callback "
+          "threads are left running, and the process will end without gRPC's clean-up");
       new std::shared_ptr<grpc::Channel>(channel_);  // leaked on purpose
       static_cast<void>(stub_.release());
     }

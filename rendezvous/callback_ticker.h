@@ -31,8 +31,11 @@
 //   2. each drops its stubs and channels (or its server);
 //   3. the ticker goes last, since every holder declares it first: no tick
 //      is in flight when it drops its channel, so the queue is shut down and
-//      its threads joined on the thread that drops the last holder;
-//   4. main waits for gRPC's own clean-up (grpc_exit.h) before it returns.
+//      its threads joined on the thread that drops the last holder (a tick
+//      that gRPC never completes within 5 s keeps the channel for good,
+//      and the process ends as in 4's fallback);
+//   4. main waits for gRPC's own clean-up before it returns, and ends with
+//      _exit where it did not come (FinishGrpc, grpc_exit.h).
 // None of those objects may be dropped inside a gRPC callback.
 #ifndef MUSTER_RENDEZVOUS_CALLBACK_TICKER_H_
 #define MUSTER_RENDEZVOUS_CALLBACK_TICKER_H_

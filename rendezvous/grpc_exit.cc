@@ -11,7 +11,9 @@
 #include "absl/time/clock.h"
 
 namespace muster::rdzv {
+namespace {
 
+// False if gRPC had not cleaned up within `limit`.
 bool WaitForGrpcShutdown(absl::Duration limit) {
   // grpc_is_initialized takes the lock gRPC's clean-up holds: a 0 means the
   // clean-up is over, not merely begun.
@@ -22,6 +24,8 @@ bool WaitForGrpcShutdown(absl::Duration limit) {
   }
   return true;
 }
+
+}  // namespace
 
 int FinishGrpc(int code, absl::Duration limit) {
   if (WaitForGrpcShutdown(limit)) return code;

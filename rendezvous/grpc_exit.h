@@ -11,18 +11,14 @@
 
 namespace muster::rdzv {
 
-// Waits until gRPC has no user left and has finished cleaning up, for at
-// most `limit`; false if it had not by then. Call at the end of main, after
-// every gRPC object of the program is destroyed.
-bool WaitForGrpcShutdown(absl::Duration limit);
-
-// What main returns, as `return FinishGrpc(Main(argc, argv));`: `code`, once
-// gRPC has cleaned up (at once for a program that never used it). If it has
-// not within `limit` (an object left on one of its threads: a defect), the
-// process does not return through the static destructors, which would race
-// gRPC's threads into a crash that tells the caller the job failed: it
-// flushes spdlog's loggers and the standard streams, says so on stderr, and
-// ends with _exit(code).
+// What main returns, as `return FinishGrpc(Main(argc, argv));`, after every
+// gRPC object of the program is destroyed: `code`, once gRPC has no user
+// left and has finished cleaning up (at once for a program that never used
+// it). If it has not within `limit` (an object left on one of its threads:
+// a defect), the process does not return through the static destructors,
+// which would race gRPC's threads into a crash that tells the caller the job
+// failed: it flushes spdlog's loggers and the standard streams, says so on
+// stderr, and ends with _exit(code).
 int FinishGrpc(int code, absl::Duration limit = absl::Seconds(2));
 
 }  // namespace muster::rdzv

@@ -568,7 +568,6 @@ int Main(int argc, char** argv) {
   if (metrics != nullptr) MetricsServer::LeaveToExit(std::move(metrics));
   server->reset();
   options.hub.journal.reset();
-  rdzv::WaitForGrpcShutdown(absl::Seconds(2));
   Logger("musterd")->info("stopped");
   return journal_failed ? kExitCannotServe : kExitSuccess;
 }

@@ -244,7 +244,10 @@ class RendezvousServer {
   void SetServing(bool serving) { health_.SetServing(serving); }
   // Stops accepting calls and ends the ones in flight within `grace`;
   // pending joins and watches are told what becomes of their jobs (see
-  // RendezvousHub::Jobs).
+  // RendezvousHub::Jobs). Returns once every reactor's OnDone has run; the
+  // destructor then drops the server's share of gRPC's callback threads on
+  // its own thread (callback_ticker.h, "The end"). REQUIRES: not called
+  // from within a gRPC callback, where it would wait for itself.
   void Shutdown(absl::Duration grace = absl::Seconds(1),
                 RendezvousHub::Jobs jobs = RendezvousHub::Jobs::kLost);
 

@@ -19,14 +19,24 @@ The paths, with the exit codes they must give:
   gone         musterd stopped (SIGTERM or SIGINT, in turn)  agents 0, musterd 0
                while the workers run; they finish, and the
                agents give up telling it after join_timeout
-  unreachable  no rendezvous at all: the join times out      agents 1
+  unreachable  no rendezvous at all: the join times out      agents 1,
+                                                             musterctl status 1
+Standalone agents (--standalone: the rendezvous in-process, no gRPC at all),
+K at a time, each a job of 2 workers, the paths whose code is the agent's
+own, for TSan, which cannot see into Debian's uninstrumented gRPC:
+  success      both workers exit 0                          0
+  restart      both fail once, then succeed (1 restart)     0
+  failure      both exit 1, no restart left                 1
+  killed       a worker dies of SIGKILL, no restart left    1
+  sigterm      SIGTERM to the agent while the workers run   143
 Beside the batches that stop or lose a running job, `musterctl status` (0
 while it runs) and `musterctl watch` (1: the job was stopped, or the watch
 cut by musterd's end); after the batches, the shared musterd gets SIGTERM (0).
 
-ctest runs a short form (test_exits.ExitPaths). The long form, for
-docs/BENCHMARKS.md:
+ctest runs a short form (test_exits.ExitPaths, test_exits.Standalone). The
+long form, for docs/BENCHMARKS.md:
   tests/integration/test_exits.py --exits 20000 --agents 50 [--paths success,stop]
+  tests/integration/test_exits.py --standalone --exits 20000 --agents 20
 with MUSTER, MUSTERD and MUSTERCTL naming the binaries (a sanitized tree's),
 and the sanitizers' log_path under --sanitizer-logs DIR: any report there
 fails the run."""
@@ -53,8 +63,8 @@ PATHS = ("success", "failure", "closed", "stop", "sigterm", "gone", "unreachable
 # is a failure of its own.
 BATCH_TIMEOUT = 180
 # What a worker does: `{dir}` is the batch's directory, where each worker
-# writes its pid under its rank once it runs.
-RUNNING = "echo $$ > {dir}/w.$RANK.tmp && mv {dir}/w.$RANK.tmp {dir}/w.$RANK; "
+# writes a file named for its rank once it runs.
+RUNNING = "echo running > {dir}/w.$RANK.tmp && mv {dir}/w.$RANK.tmp {dir}/w.$RANK; "
 GO = "while [ ! -e {dir}/go ]; do sleep 0.05; done"  # until the test says go
 WORKERS = {
     "success": "exit 0",
@@ -67,6 +77,17 @@ WORKERS = {
 }
 AGENT_CODE = {"success": 0, "failure": 1, "closed": 1, "stop": 1, "sigterm": 128 + signal.SIGTERM,
               "gone": 0, "unreachable": 1}
+STANDALONE_PATHS = ("success", "restart", "failure", "killed", "sigterm")
+STANDALONE_WORKERS = {
+    "success": "exit 0",
+    "restart": '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && exit 1; exit 0',
+    "failure": "exit 1",
+    # The shell is the worker; its child sends the signal.
+    "killed": "[ \"$LOCAL_RANK\" = 1 ] && sh -c 'kill -KILL $PPID'; exec sleep 120",
+    "sigterm": RUNNING + "exec sleep 120",
+}
+STANDALONE_CODE = {"success": 0, "restart": 0, "failure": 1, "killed": 1,
+                   "sigterm": 128 + signal.SIGTERM}
 # join_timeout of the paths that wait for it to run out.
 GIVE_UP_S = {"gone": 8, "unreachable": 2}
 
@@ -76,6 +97,7 @@ class Process:
 
     def __init__(self, directory, name, argv, **extra_env):
         self.name = name
+        self.program = {MUSTER: "muster", MUSTERD: "musterd", MUSTERCTL: "musterctl"}[argv[0]]
         self.out_path = os.path.join(directory, name + ".out")
         self.err_path = os.path.join(directory, name + ".err")
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
@@ -126,14 +148,19 @@ class Run:
         self.batch = 0
 
     def check(self, process, expected, code):
-        self.exits[os.path.basename(process.proc.args[0])] += 1
+        self.exits[process.program] += 1
         if code != expected:
             self.wrong.append((f"batch {self.batch}: {process.name}", expected, code,
                                process.err()))
 
-    def ctl(self, *args):
-        return subprocess.run([MUSTERCTL, *args], env=env(), capture_output=True, text=True,
-                              timeout=60, stdin=subprocess.DEVNULL)
+    def ctl(self, expected, what, *args):
+        """Runs musterctl to its end and checks its exit code."""
+        result = subprocess.run([MUSTERCTL, *args], env=env(), capture_output=True, text=True,
+                                timeout=60, stdin=subprocess.DEVNULL)
+        self.exits["musterctl"] += 1
+        if result.returncode != expected:
+            self.wrong.append((f"batch {self.batch}: musterctl {what}", expected,
+                               result.returncode, result.stderr[-1500:]))
 
     @staticmethod
     def go(work):
@@ -173,22 +200,14 @@ class Run:
                 if path == "closed":
                     self.go(work)
                 else:
-                    status = self.ctl("status", "--endpoint", endpoint, job)
-                    self.exits["musterctl"] += 1
-                    if status.returncode != 0:
-                        self.wrong.append((f"batch {self.batch}: musterctl status", 0,
-                                           status.returncode, status.stderr[-1500:]))
+                    self.ctl(0, "status", "status", "--endpoint", endpoint, job)
             if path in ("stop", "gone"):
                 watch = Process(work, "watch", [MUSTERCTL, "watch", "--endpoint", endpoint, job])
                 # The watch is open once it printed the job's state.
                 wait_for(lambda: os.path.getsize(watch.out_path) > 0 or
                          watch.proc.poll() is not None, timeout=30)
             if path == "stop":
-                stop = self.ctl("stop", "--endpoint", endpoint, job, "--reason", "exit test")
-                self.exits["musterctl"] += 1
-                if stop.returncode != 0:
-                    self.wrong.append((f"batch {self.batch}: musterctl stop", 0,
-                                       stop.returncode, stop.stderr[-1500:]))
+                self.ctl(0, "stop", "stop", "--endpoint", endpoint, job, "--reason", "exit test")
             elif path == "sigterm":
                 for agent in agents:
                     agent.proc.send_signal(signal.SIGTERM)
@@ -196,6 +215,9 @@ class Run:
                 own_musterd.proc.send_signal(signal.SIGTERM if self.batch % 2 else signal.SIGINT)
                 self.check(own_musterd, 0, own_musterd.wait(deadline))
                 self.go(work)
+            elif path == "unreachable":
+                self.ctl(1, "status (no rendezvous)", "status", "--endpoint", endpoint,
+                         "--timeout", "1", job)
             for agent in agents:
                 self.check(agent, AGENT_CODE[path], agent.wait(deadline))
             if watch is not None:
@@ -207,6 +229,35 @@ class Run:
             for p in agents + [p for p in (watch, own_musterd) if p is not None]:
                 p.kill()
             release_ports()
+
+    def run_standalone_batch(self, path):
+        """K standalone agents at once, each its own job of 2 workers."""
+        self.batch += 1
+        work = os.path.join(self.dir, f"b{self.batch}")
+        agents, dirs = [], []
+        for n in range(self.agents):
+            own = os.path.join(work, str(n))
+            os.makedirs(own)
+            dirs.append(own)
+            agents.append(Process(own, f"a{n}", [
+                MUSTER, "--standalone", "--nproc-per-node", "2",
+                "--max-restarts", "1" if path == "restart" else "0",
+                "--no-python", "sh", "-c", STANDALONE_WORKERS[path].format(dir=own)]))
+        deadline = time.monotonic() + BATCH_TIMEOUT
+        try:
+            if path == "sigterm":
+                for agent, own in zip(agents, dirs):
+                    started = lambda: len(glob.glob(os.path.join(own, "w.[0-9]"))) == 2
+                    if not wait_for(started, timeout=BATCH_TIMEOUT / 2, interval=0.05):
+                        raise TimeoutError(f"{agent.name}'s workers did not both start")
+                    agent.proc.send_signal(signal.SIGTERM)
+            for agent in agents:
+                self.check(agent, STANDALONE_CODE[path], agent.wait(deadline))
+        except TimeoutError as e:
+            self.wrong.append((f"batch {self.batch} ({path})", "-", "timeout", str(e)))
+        finally:
+            for agent in agents:
+                agent.kill()
 
     def finish(self):
         if self.musterd is not None:
@@ -225,14 +276,18 @@ def long_form(argv):
     parser.add_argument("--exits", type=int, default=2000,
                         help="agent exits to make in all (default 2000)")
     parser.add_argument("--agents", type=int, default=50, help="agents a batch (default 50)")
-    parser.add_argument("--paths", default=",".join(PATHS),
-                        help=f"comma-separated, from {','.join(PATHS)}")
+    parser.add_argument("--standalone", action="store_true",
+                        help="standalone agents, no gRPC (for TSan)")
+    parser.add_argument("--paths", default="",
+                        help=f"comma-separated, from {','.join(PATHS)} (with --standalone, "
+                             f"{','.join(STANDALONE_PATHS)}); default all")
     parser.add_argument("--sanitizer-logs", default="",
                         help="where the sanitizers write their reports (log_path's directory)")
     args = parser.parse_args(argv)
-    paths = args.paths.split(",")
-    if unknown := [p for p in paths if p not in PATHS]:
-        parser.error(f"unknown path {', '.join(unknown)}; the paths are {', '.join(PATHS)}")
+    known = STANDALONE_PATHS if args.standalone else PATHS
+    paths = args.paths.split(",") if args.paths else list(known)
+    if unknown := [p for p in paths if p not in known]:
+        parser.error(f"unknown path {', '.join(unknown)}; the paths are {', '.join(known)}")
     if args.agents < 2 or args.exits < args.agents:
         parser.error("--agents must be 2 or more, and --exits at least --agents")
     started = time.monotonic()
@@ -243,7 +298,10 @@ def long_form(argv):
             for path in itertools.cycle(paths):
                 if run.exits["muster"] >= args.exits:
                     break
-                run.run_batch(path)
+                if args.standalone:
+                    run.run_standalone_batch(path)
+                else:
+                    run.run_batch(path)
                 counts[path] += 1
                 if run.batch % 20 == 0:
                     print(f"{run.batch} batches, {run.exits['muster']} agent exits, "
@@ -256,7 +314,8 @@ def long_form(argv):
         print(f"WRONG {what}: exit {code}, documented {expected}\n{err}", file=sys.stderr)
     for report in reports[:5]:
         print(f"--- {report}\n{read_file(report)}", file=sys.stderr)
-    print(f"exits: {run.exits['muster']} muster, {run.exits['musterd']} musterd, "
+    print(f"exits: {run.exits['muster']} muster{' (standalone)' if args.standalone else ''}, "
+          f"{run.exits['musterd']} musterd, "
           f"{run.exits['musterctl']} musterctl, in {run.batch} batches of {args.agents} agents "
           f"({', '.join(f'{p} {n}' for p, n in counts.items())}), "
           f"{time.monotonic() - started:.0f} s")
@@ -281,6 +340,22 @@ class ExitPaths(unittest.TestCase):
                 run.finish()
             self.assertEqual(run.wrong, [])
             self.assertEqual(run.exits["muster"], 6 * 2 * len(PATHS))
+
+
+class Standalone(unittest.TestCase):
+    """The short form of the standalone paths: each three times, 4 agents a batch
+    (scripts/test --sanitize runs it under TSan too)."""
+
+    def test_every_exit_code_as_documented(self):
+        with tempfile.TemporaryDirectory(prefix="muster-exits-") as directory:
+            run = Run(directory, agents=4)
+            for path in STANDALONE_PATHS * 3:
+                with self.subTest(path=path, batch=run.batch + 1):
+                    before = len(run.wrong)
+                    run.run_standalone_batch(path)
+                    self.assertEqual(run.wrong[before:], [])
+            self.assertEqual(run.wrong, [])
+            self.assertEqual(run.exits["muster"], 4 * 3 * len(STANDALONE_PATHS))
 
 
 if __name__ == "__main__":

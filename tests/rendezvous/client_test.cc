@@ -2,6 +2,7 @@
 // server would hold gRPC's callback threads alive and hide what is tested.
 #include "rendezvous/client.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -73,7 +74,8 @@ TEST(ClientTest, DestroyedWithCallsInFlightEndsThemAndLeavesNothingRunning) {
   ASSERT_GT(refusing.port(), 0);
   const std::string target = "127.0.0.1:" + std::to_string(refusing.port());
   for (int i = 0; i < 300; ++i) {
-    auto answered = std::make_shared<int>(0);  // each callback holds a share
+    // Each callback holds a share; two may run at once, on two of gRPC's threads.
+    auto answered = std::make_shared<std::atomic<int>>(0);
     {
       std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(target);
       JoinRequest join;
