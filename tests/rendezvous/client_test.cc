@@ -80,10 +80,12 @@ TEST(ClientTest, DestroyedWithCallsInFlightEndsThemAndLeavesNothingRunning) {
       std::unique_ptr<RendezvousClient> client = RendezvousClient::Create(target);
       JoinRequest join;
       join.set_job_id("job");
-      client->Join(join, absl::Seconds(30), [answered](absl::StatusOr<Assignment>) { ++*answered; });
+      client->Join(join, absl::Seconds(30),
+                   [answered](absl::StatusOr<Assignment>) { ++*answered; });
       HeartbeatRequest beat;
       beat.set_job_id("job");
-      client->Heartbeat(beat, absl::Seconds(30), [answered](absl::StatusOr<int64_t>) { ++*answered; });
+      client->Heartbeat(beat, absl::Seconds(30),
+                        [answered](absl::StatusOr<int64_t>) { ++*answered; });
       WatchRequest watch;
       watch.set_job_id("job");
       client->Watch(
