@@ -44,7 +44,6 @@ import argparse
 import glob
 import itertools
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -52,11 +51,9 @@ import tempfile
 import time
 import unittest
 
-from harness import MUSTER, ROOT, env, read_file, release_ports, reserve_port, wait_for
-
-MUSTERD = os.environ.get("MUSTERD", os.path.join(ROOT, "build", "rendezvous", "musterd"))
-MUSTERCTL = os.environ.get("MUSTERCTL", os.path.join(ROOT, "build", "ctl", "musterctl"))
-SERVING = re.compile(r"musterd: serving rendezvous on (\S+):(\d+)$", re.M)
+from harness import MUSTER, env, read_file, release_ports, reserve_port, wait_for
+from test_musterd import MUSTERD, SERVING
+from test_visibility import MUSTERCTL
 
 PATHS = ("success", "failure", "closed", "stop", "sigterm", "gone", "unreachable")
 # Longest a batch may take before it is counted as hung (and killed): a hang
