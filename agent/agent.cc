@@ -33,7 +33,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_handle.h"
-#include "rendezvous/protocol.h"
+#include "rendezvous/rules/protocol.h"
 
 namespace muster {
 namespace {

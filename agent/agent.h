@@ -19,7 +19,7 @@
 #include "agent/process_runner.h"
 #include "common/clock.h"
 #include "common/unique_handle.h"
-#include "rendezvous/client.h"
+#include "rendezvous/client/client.h"
 
 namespace muster {
 

@@ -56,11 +56,11 @@ struct RdzvConf {
   int keep_alive_max_attempt = 3;
   std::chrono::milliseconds read_timeout{60'000};
   std::optional<bool> is_host;
-  // The job's shared token file (rendezvous/token.h): token_file=, else
+  // The job's shared token file (rendezvous/auth/token.h): token_file=, else
   // MUSTER_TOKEN_FILE. Empty: no authentication.
   std::string token_file;
   // TLS to the rendezvous, torchrun's etcd key names (paths of PEM files,
-  // read and checked when the launch starts; rendezvous/tls.h). None: plaintext.
+  // read and checked when the launch starts; rendezvous/auth/tls.h). None: plaintext.
   std::string cacert;
   std::string cert;
   std::string key;
@@ -78,7 +78,7 @@ struct RdzvConf {
   // metrics_listen=ADDR: the address they listen on (an IP address).
   std::string metrics_listen = "127.0.0.1";
   // metrics_password_file=PATH: the password they ask for (HTTP basic auth);
-  // else the job's token, on 127.0.0.1 only (rendezvous/metrics.h).
+  // else the job's token, on 127.0.0.1 only (rendezvous/server/metrics.h).
   std::string metrics_password_file;
   // The etcd backend: etcd's user and password (user=, password=), and
   // protocol=http|https (unset: as the endpoints say; https needs cacert).

@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "agent/exit_codes.h"
-#include "rendezvous/protocol.h"
+#include "rendezvous/rules/protocol.h"
 
 namespace muster {
 namespace {

@@ -81,11 +81,11 @@
 #include "common/log.h"
 #include "common/release_mode.h"
 #include "proto/etcd_rendezvous.pb.h"
-#include "rendezvous/client.h"
-#include "rendezvous/etcd_client.h"
-#include "rendezvous/etcd_keys.h"
-#include "rendezvous/etcd_rendezvous.h"
-#include "rendezvous/protocol.h"
+#include "rendezvous/client/client.h"
+#include "rendezvous/etcd/backend.h"
+#include "rendezvous/etcd/client.h"
+#include "rendezvous/etcd/keys.h"
+#include "rendezvous/rules/protocol.h"
 
 namespace muster::etcd::scale {
 namespace {

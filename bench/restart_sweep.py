@@ -12,7 +12,7 @@ worst point and its ratio to the median of all points. --log-dir keeps each
 run's agent logs (set MUSTER_LOG_LEVEL=debug for more). Every run is
 bounded (--run-timeout), and so is the sweep (--budget).
 
-What it found (issue 10): before rendezvous/callback_ticker.h, a failure
+What it found (issue 10): before rendezvous/grpc/callback_ticker.h, a failure
 in a 100 ms window 1.0 s after the agents start (and every 1.1 s after)
 waited for gRPC's callback threads until that window's end. A step of 0.02
 over 0.96-1.2 s shows the window whole; the 0.1 s grid catches its edge.

@@ -16,8 +16,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "bench/proc_stats.h"
-#include "rendezvous/hub.h"
-#include "rendezvous/journal.h"
+#include "rendezvous/server/hub.h"
+#include "rendezvous/server/journal.h"
 
 namespace muster::rdzv::scale {
 namespace {

@@ -13,7 +13,7 @@
 #include "absl/time/time.h"
 #include "bench/server_under_test.h"
 #include "bench/sim_nodes.h"
-#include "rendezvous/service.h"
+#include "rendezvous/server/service.h"
 
 namespace muster::rdzv::scale {
 

@@ -22,7 +22,7 @@
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "common/unique_handle.h"
-#include "rendezvous/journal.h"
+#include "rendezvous/server/journal.h"
 
 extern char** environ;
 
@@ -288,7 +288,7 @@ absl::StatusOr<ScratchStateDir> ScratchStateDir::Make(const std::string& parent,
 
 ScratchStateDir::~ScratchStateDir() {
   if (path_.empty()) return;
-  // What a journal leaves (rendezvous/journal.h): nothing else is made here.
+  // What a journal leaves (rendezvous/server/journal.h): nothing else is made here.
   for (const char* name : {"journal", "journal.new", "lock"}) {
     unlink(absl::StrCat(path_, "/", name).c_str());
   }

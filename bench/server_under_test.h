@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "rendezvous/service.h"
+#include "rendezvous/server/service.h"
 
 namespace muster::rdzv::scale {
 

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "rendezvous/channel.h"
-#include "rendezvous/protocol.h"
+#include "rendezvous/grpc/channel.h"
+#include "rendezvous/rules/protocol.h"
 
 namespace muster::rdzv::scale {
 

@@ -26,7 +26,7 @@ std::string JsonQuote(absl::string_view text);
 // time: Unix seconds, to the millisecond. round: the job's round the event
 // belongs to (-1 before the first). node: the node id it is about ("" for
 // none). The kinds are listed where the events are made (agent/events.h,
-// rendezvous/job_events.h).
+// rendezvous/rules/job_events.h).
 struct EventLine {
   absl::Time time;
   std::string job;

@@ -1,5 +1,5 @@
 // Building prometheus-cpp's MetricFamily by hand, for collectables that
-// compute their figures at each scrape (rendezvous/metrics.h,
+// compute their figures at each scrape (rendezvous/server/metrics.h,
 // agent/metrics.h). Header-only: its users link prometheus-cpp's core.
 #ifndef MUSTER_COMMON_PROMETHEUS_SAMPLES_H_
 #define MUSTER_COMMON_PROMETHEUS_SAMPLES_H_

@@ -32,13 +32,13 @@
 #include "common/release_mode.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/rendezvous.grpc.pb.h"
-#include "rendezvous/grpc_exit.h"
-#include "rendezvous/job_events.h"
-#include "rendezvous/munge_credential.h"
-#include "rendezvous/protocol.h"
-#include "rendezvous/tls.h"
-#include "rendezvous/tls_files.h"
-#include "rendezvous/token.h"
+#include "rendezvous/auth/munge.h"
+#include "rendezvous/auth/tls.h"
+#include "rendezvous/auth/tls_files.h"
+#include "rendezvous/auth/token.h"
+#include "rendezvous/grpc/exit.h"
+#include "rendezvous/rules/job_events.h"
+#include "rendezvous/rules/protocol.h"
 
 namespace muster {
 namespace {

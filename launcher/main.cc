@@ -11,7 +11,7 @@
 #include "launcher/command_line.h"
 #include "launcher/completion.h"
 #include "launcher/run.h"
-#include "rendezvous/grpc_exit.h"
+#include "rendezvous/grpc/exit.h"
 
 namespace muster {
 namespace {

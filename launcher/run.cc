@@ -22,6 +22,7 @@
 #include "agent/agent.h"
 #include "agent/child_process.h"
 #include "agent/worker_env.h"
+#include "common/constant_time.h"
 #include "common/endpoint.h"
 #include "common/event_log.h"
 #include "common/log.h"
@@ -33,18 +34,16 @@
 #include "launcher/program.h"
 #include "launcher/rdzv_auth.h"
 #include "launcher/rendezvous_host.h"
-#include "rendezvous/etcd_client.h"
-#include "rendezvous/etcd_rendezvous.h"
-#include "rendezvous/grpc_log.h"
-#include "rendezvous/local_client.h"
-#include "rendezvous/metrics.h"
-#include "rendezvous/munge_credential.h"
-#include "rendezvous/node_secret.h"
-#include "rendezvous/protocol.h"
-#include "rendezvous/service.h"
-#include "rendezvous/state.h"
-#include "rendezvous/tls.h"
-#include "rendezvous/token.h"
+#include "rendezvous/auth/metrics_password.h"
+#include "rendezvous/auth/munge.h"
+#include "rendezvous/auth/tls.h"
+#include "rendezvous/auth/token.h"
+#include "rendezvous/etcd/backend.h"
+#include "rendezvous/etcd/client.h"
+#include "rendezvous/grpc/log.h"
+#include "rendezvous/rules/protocol.h"
+#include "rendezvous/rules/state.h"
+#include "rendezvous/server/hosted.h"
 
 namespace muster {
 namespace {
@@ -73,20 +72,16 @@ std::string SelfDirectory() {
 // The rendezvous this node's agent uses. The node that hosts it talks to its
 // hub in-process; the others reach it over gRPC.
 struct Rendezvous {
-  std::unique_ptr<rdzv::RendezvousServer> server;  // set when this node serves others
-  std::shared_ptr<rdzv::RendezvousHub> hub;        // set when it runs in this process
+  std::unique_ptr<rdzv::HostedRendezvous> hosted;  // set when it runs in this process
   std::unique_ptr<rdzv::RendezvousClient> client;
 
-  // The server stops taking calls first, then the hub tells what waits that
-  // it is going away; all are dropped here, on the main thread, never in a
-  // gRPC callback, and main then waits for gRPC's clean-up (FinishGrpc; the
-  // order is callback_ticker.h's "The end"). Call after the agent that used
-  // `client` is gone.
+  // The hosted rendezvous ends first (HostedRendezvous::Shutdown), then the
+  // client; all on the main thread, never in a gRPC callback, and main then
+  // waits for gRPC's clean-up (FinishGrpc; the order is callback_ticker.h's
+  // "The end"). Call after the agent that used `client` is gone.
   void Shutdown() {
-    if (server) server->Shutdown();
-    if (hub) hub->Shutdown();
-    server.reset();
-    hub.reset();
+    if (hosted) hosted->Shutdown();
+    hosted.reset();
     client.reset();
   }
 };
@@ -164,8 +159,8 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
     // The rendezvous only counts restarts; it gets no port. Its log would
     // repeat the agent's.
     if (quiet) Logger("rdzv")->set_level(spdlog::level::warn);
-    out.hub = std::make_shared<rdzv::RendezvousHub>();
-    out.client = rdzv::NewLocalClient(out.hub, "127.0.0.1");
+    out.hosted = rdzv::HostedRendezvous::InProcess();
+    out.client = out.hosted->NewClient("127.0.0.1");
     return out;
   }
   if (config.rdzv_endpoint.empty()) {
@@ -223,13 +218,12 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
       server_options.munge = munge_auth;
     }
     server_options.metrics = config.rdzv_conf.metrics_port.has_value();
-    absl::StatusOr<std::unique_ptr<rdzv::RendezvousServer>> started =
-        rdzv::RendezvousServer::Start(BindHost(endpoint->host), endpoint->port, server_options);
+    absl::StatusOr<std::unique_ptr<rdzv::HostedRendezvous>> started =
+        rdzv::HostedRendezvous::Serve(BindHost(endpoint->host), endpoint->port, server_options);
     if (started.ok()) {
-      out.server = *std::move(started);
-      out.hub = out.server->hub();
+      out.hosted = *std::move(started);
       // The other nodes reach this one at the endpoint's host.
-      out.client = rdzv::NewLocalClient(out.hub, dial_host);
+      out.client = out.hosted->NewClient(dial_host);
       Logger("agent")->info("hosting the rendezvous for job '{}' on port {} (auth: {})",
                             config.rdzv_id, endpoint->port, auth);
       if (unauthenticated) WarnNoToken(FormatEndpoint(BindHost(endpoint->host), endpoint->port));
@@ -426,7 +420,7 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
     metrics = *std::move(started);
     if (!password->empty()) {
       metrics->RequireAuth([password = *password](const std::string&, const std::string& given) {
-        return rdzv::ConstantTimeEquals(given, password);
+        return ConstantTimeEquals(given, password);
       });
     }
     agent_metrics = std::make_shared<AgentMetrics>(config.rdzv_id, Clock::Real());
@@ -443,14 +437,10 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   if (metrics != nullptr) {
     // A hosting agent tells what its rendezvous holds too (a standalone
     // one's takes no calls: only its jobs' figures).
-    if (rendezvous->server != nullptr && rendezvous->server->metrics() != nullptr) {
-      metrics->Add(rendezvous->server->metrics());
-    } else if (rendezvous->hub != nullptr) {
-      metrics->Add(std::make_shared<rdzv::RendezvousMetrics>(rendezvous->hub));
-    }
+    if (rendezvous->hosted != nullptr) metrics->Add(rendezvous->hosted->Metrics());
     Logger("agent")->info(
         "metrics: {} ({}{})", metrics->url(),
-        rendezvous->hub != nullptr ? "this agent's and its rendezvous'" : "this agent's",
+        rendezvous->hosted != nullptr ? "this agent's and its rendezvous'" : "this agent's",
         metrics_auth.empty() ? "" : "; ", metrics_auth);
   }
 
@@ -462,7 +452,7 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   options.advertised_addr = options.config.local_addr;
   // No server sees an etcd agent's address: its host name stands for it.
   if (on_etcd && options.advertised_addr.empty()) options.advertised_addr = options.host;
-  options.hosts_rendezvous = rendezvous->hub != nullptr;
+  options.hosts_rendezvous = rendezvous->hosted != nullptr;
   options.static_ranks = static_backend;
   options.base_env = EnvironmentEntries();
   options.event_log = std::move(event_log);

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "agent/exit_codes.h"
-#include "rendezvous/protocol.h"
+#include "rendezvous/rules/protocol.h"
 
 namespace muster {
 namespace {
@@ -245,7 +245,7 @@ TEST_F(ElasticStateTest, ARefusedJoinExitsNamingTheReason) {
   EXPECT_EQ(Find<action::Exit>(actions).why, "rendezvous at rdzv:29400 failed: job 'x' is closed");
 }
 
-// The client words a refused credential (rendezvous/client.h); it is final.
+// The client words a refused credential (rendezvous/client/client.h); it is final.
 const absl::Status kRefused = absl::UnauthenticatedError(
     "the rendezvous at rdzv:29400 refused our credential: the token in /t is not the one");
 

@@ -7,7 +7,7 @@
 //             [--cacert CA [--cert C --key K]] [--munge [--munge-socket PATH]]
 //             [--timeout S] METHOD 'JSON request'
 //
-// Plaintext unless --cacert is given (TLS, as an agent's rendezvous/tls.h).
+// Plaintext unless --cacert is given (TLS, as an agent's rendezvous/auth/tls.h).
 // --munge attaches a fresh munge credential of the caller's uid (and, for
 // Heartbeat and Watch, the uid claim an agent sends): run it as another
 // user (runuser -u nobody) to be that user.
@@ -29,9 +29,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.grpc.pb.h"
-#include "rendezvous/munge_credential.h"
-#include "rendezvous/tls.h"
-#include "rendezvous/token.h"
+#include "rendezvous/auth/munge.h"
+#include "rendezvous/auth/tls.h"
+#include "rendezvous/auth/token.h"
 
 namespace muster::rdzv {
 namespace {

@@ -31,10 +31,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/rendezvous.grpc.pb.h"
-#include "rendezvous/munge_credential.h"
-#include "rendezvous/protocol.h"
-#include "rendezvous/tls.h"
-#include "rendezvous/token.h"
+#include "rendezvous/auth/munge.h"
+#include "rendezvous/auth/tls.h"
+#include "rendezvous/auth/token.h"
+#include "rendezvous/rules/protocol.h"
 
 namespace muster::rdzv {
 namespace {

@@ -1,0 +1,18 @@
+#include "rendezvous/grpc/status.h"
+
+#include <string>
+
+namespace muster::rdzv {
+
+// Both enumerations use the canonical codes 0..16 with the same numbers.
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+}  // namespace muster::rdzv

@@ -1,0 +1,26 @@
+// The version of the rendezvous protocol (proto/rendezvous.proto) this build
+// speaks. A server and its agents must speak the same one: the server
+// refuses a join of another version, and an agent refuses an answer of
+// another. Bump it with every change to the messages' meaning.
+#ifndef MUSTER_RENDEZVOUS_RULES_PROTOCOL_H_
+#define MUSTER_RENDEZVOUS_RULES_PROTOCOL_H_
+
+#include <cstdint>
+
+namespace muster::rdzv {
+
+// 0 is what a peer older than versions sends (the field's default).
+inline constexpr int32_t kProtocolVersion = 1;
+
+// The port a rendezvous listens on and is dialled at when none is given
+// (torchrun's c10d default): musterd --port, --rdzv-endpoint HOST, musterctl.
+inline constexpr int kDefaultRdzvPort = 29400;
+
+// In the kNotFound message a server answers a node it removed from the job
+// ("node N was dropped from job 'J': node H silent for 30 s"): the agent
+// tells it from a server that forgot the job.
+inline constexpr char kDroppedFromJob[] = "was dropped from job";
+
+}  // namespace muster::rdzv
+
+#endif  // MUSTER_RENDEZVOUS_RULES_PROTOCOL_H_

@@ -1,0 +1,1346 @@
+#include "rendezvous/rules/state.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/constant_time.h"
+#include "common/status.h"
+#include "rendezvous/rules/node_secret.h"
+#include "rendezvous/rules/protocol.h"
+
+namespace muster::rdzv {
+namespace {
+
+// At most this many node names in a message; the rest are counted.
+constexpr size_t kMaxNamedNodes = 16;
+
+std::string FormatDuration(int64_t ms) { return absl::StrCat(ms / 1000.0, " s"); }
+
+bool HasControlCharacter(absl::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+}
+
+std::string DescribeFailure(const Failure& failure) {
+  std::string exit = failure.signal() != 0 ? absl::StrCat("signal ", failure.signal())
+                                           : absl::StrCat("exit code ", failure.exit_code());
+  return absl::StrCat("rank ", failure.rank(), " on ", failure.host(), " failed with ", exit);
+}
+
+WatchEvent RoundChangedEvent(int64_t round, RoundChanged::Reason reason,
+                             const std::string& detail) {
+  WatchEvent event;
+  RoundChanged* changed = event.mutable_round_changed();
+  changed->set_new_round(round);
+  changed->set_reason(reason);
+  changed->set_detail(CutText(detail, kMaxDetailBytes));
+  return event;
+}
+
+absl::Status CheckHostField(absl::string_view field, absl::string_view value) {
+  if (value.size() > kMaxHostLength) {
+    return absl::InvalidArgumentError(absl::StrCat("the node's ", field, " is ", value.size(),
+                                                   " bytes long; a host name or address has at "
+                                                   "most ",
+                                                   kMaxHostLength));
+  }
+  if (HasControlCharacter(value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the node's ", field, " contains a control character; give a host name or address"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTimeout(absl::string_view name, int64_t ms, int64_t min_ms) {
+  if (ms < min_ms || ms > kMaxTimeoutMs) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is ", FormatDuration(ms), "; give ",
+                                                   FormatDuration(min_ms), " to ",
+                                                   FormatDuration(kMaxTimeoutMs), " (7 days)"));
+  }
+  return absl::OkStatus();
+}
+
+JournalRecord NodeDoneRecord(const std::string& job_id, const std::string& node_id, int64_t round) {
+  JournalRecord record;
+  NodeDone* done = record.mutable_node_done();
+  done->set_job_id(job_id);
+  done->set_node_id(node_id);
+  done->set_round(round);
+  return record;
+}
+
+JournalRecord RoundOpenedRecord(const std::string& job_id, int64_t round, int32_t restart_count,
+                                const std::optional<WatchEvent>& event) {
+  JournalRecord record;
+  RoundOpened* opened = record.mutable_round_opened();
+  opened->set_job_id(job_id);
+  opened->set_round(round);
+  opened->set_restart_count(restart_count);
+  if (event) *opened->mutable_event() = *event;
+  return record;
+}
+
+JournalRecord JobEndedRecord(const std::string& job_id, const JobConfig& config, int64_t round,
+                             int32_t restart_count, const std::optional<WatchEvent>& event) {
+  JournalRecord record;
+  JobEnded* ended = record.mutable_job_ended();
+  ended->set_job_id(job_id);
+  *ended->mutable_config() = config;
+  ended->set_round(round);
+  ended->set_restart_count(restart_count);
+  if (event) *ended->mutable_event() = *event;
+  return record;
+}
+
+absl::Status WrongSecret(const NodeKey& key) {
+  return absl::PermissionDeniedError(absl::StrCat(
+      "the request for node ", key.node_id, " of job '", key.job_id,
+      "' does not carry that node's secret; a node speaks only for itself: only the agent that "
+      "joined as ",
+      key.node_id, " may heartbeat, watch, report or leave for it"));
+}
+
+}  // namespace
+
+bool IsFinalEvent(const JobEvent& event) {
+  return event.kind() == JobEvent::JOB_CLOSED || event.kind() == JobEvent::JOB_FORGOTTEN;
+}
+
+absl::Status JoinToClosedJob(absl::string_view job_id, absl::string_view reason) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job '", job_id, "' is closed (", reason, "); start a new job with a different --rdzv-id"));
+}
+
+absl::Status ValidateJobId(absl::string_view job_id, size_t max_length) {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError(
+        "the job id (--rdzv-id) is empty; give a short name without spaces");
+  }
+  if (job_id.size() > max_length) {
+    return absl::InvalidArgumentError(absl::StrCat("the job id (--rdzv-id) is ", job_id.size(),
+                                                   " characters long; use at most ", max_length));
+  }
+  for (char c : job_id) {
+    if (!std::isgraph(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError(
+          "the job id (--rdzv-id) contains a space or control character; use letters, digits "
+          "and punctuation only");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateJobConfig(const JobConfig& config) {
+  if (config.min_nodes() <= 0 || config.min_nodes() > config.max_nodes()) {
+    return absl::InvalidArgumentError(absl::StrCat("bad node range ", config.min_nodes(), ":",
+                                                   config.max_nodes(), "; need 0 < MIN <= MAX"));
+  }
+  if (config.max_nodes() > kMaxNodes) {
+    return absl::InvalidArgumentError(absl::StrCat("max_nodes (--nnodes) is ", config.max_nodes(),
+                                                   "; a job has at most ", kMaxNodes, " nodes"));
+  }
+  if (config.max_restarts() < 0 || config.max_restarts() > kMaxRestarts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_restarts is ", config.max_restarts(), "; give 0 to ", kMaxRestarts));
+  }
+  MUSTER_RETURN_IF_ERROR(CheckTimeout("last_call_timeout", config.last_call_timeout_ms(), 0));
+  MUSTER_RETURN_IF_ERROR(CheckTimeout("join_timeout", config.join_timeout_ms(), 0));
+  // A node must be able to die: a job without a heartbeat timeout would
+  // wait for a vanished node forever.
+  MUSTER_RETURN_IF_ERROR(
+      CheckTimeout("heartbeat_timeout", config.heartbeat_timeout_ms(), kMinHeartbeatTimeoutMs));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateJoinRequest(const JoinRequest& request) {
+  // First: an agent of another version may mean other things by the rest.
+  if (request.protocol_version() != kProtocolVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this agent speaks rendezvous protocol version ", request.protocol_version(),
+        request.protocol_version() == 0 ? " (a muster older than protocol versions)" : "",
+        ", the rendezvous speaks version ", kProtocolVersion,
+        "; run the same muster version on every node (and musterd)"));
+  }
+  // The service checks a client's id itself, then may put a uid's namespace
+  // before it (kMaxJobNamespaceLength).
+  MUSTER_RETURN_IF_ERROR(ValidateJobId(request.job_id(), kMaxJobIdLength + kMaxJobNamespaceLength));
+  MUSTER_RETURN_IF_ERROR(ValidateJobConfig(request.config()));
+  const NodeInfo& info = request.node();
+  if (info.node_id().empty() || info.node_id().size() > kMaxNodeIdLength) {
+    return absl::InvalidArgumentError(absl::StrCat("the node id is ", info.node_id().size(),
+                                                   " bytes long; a join needs a node id of 1..",
+                                                   kMaxNodeIdLength, " bytes"));
+  }
+  if (HasControlCharacter(info.node_id())) {
+    return absl::InvalidArgumentError(
+        "the node id contains a control character; use printable characters");
+  }
+  if (request.node_secret().size() > kMaxNodeSecretLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the node secret is ", request.node_secret().size(),
+                     " bytes long; the server's secrets have at most ", kMaxNodeSecretLength));
+  }
+  MUSTER_RETURN_IF_ERROR(CheckHostField("host", info.host()));
+  MUSTER_RETURN_IF_ERROR(
+      CheckHostField("advertised address (--local-addr)", info.advertised_addr()));
+  if (info.local_world_size() <= 0 || info.local_world_size() > kMaxLocalWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("local_world_size (--nproc-per-node) is ",
+                                                   info.local_world_size(), "; a node runs 1 to ",
+                                                   kMaxLocalWorldSize, " workers"));
+  }
+  if (info.master_port_candidate() < 0 || info.master_port_candidate() > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("master_port_candidate is ",
+                                                   info.master_port_candidate(),
+                                                   "; give a TCP port 1..65535, or 0 for none"));
+  }
+  return absl::OkStatus();
+}
+
+RendezvousState::Job* RendezvousState::FindJob(absl::string_view job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<RendezvousState::Job*> RendezvousState::FindLiveNode(const NodeKey& key,
+                                                                    absl::string_view secret) {
+  Job* job = FindJob(key.job_id);
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job '", key.job_id, "' on this server"));
+  }
+  if (job->phase == Phase::kClosed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job->id, "' is closed: ", job->close_reason));
+  }
+  auto node = job->nodes.find(key.node_id);
+  if (node == job->nodes.end()) return NotInJob(*job, key.node_id, secret);
+  if (!ConstantTimeEquals(node->second.secret, secret)) return WrongSecret(key);
+  return job;
+}
+
+absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view peer_addr,
+                                   absl::string_view new_secret, absl::Time now, Effects* effects) {
+  MUSTER_RETURN_IF_ERROR(ValidateJoinRequest(request));
+  const NodeInfo& info = request.node();
+
+  // Every check first: a refused join changes nothing.
+  Job* existing = FindJob(request.job_id());
+  if (existing != nullptr) {
+    const Job& job = *existing;
+    if (job.phase == Phase::kClosed) return JoinToClosedJob(job.id, job.close_reason);
+    const JobConfig& want = job.config;
+    const JobConfig& got = request.config();
+    if (got.min_nodes() != want.min_nodes() || got.max_nodes() != want.max_nodes() ||
+        got.max_restarts() != want.max_restarts()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", job.id, "' runs with --nnodes ", want.min_nodes(), ":", want.max_nodes(),
+          " --max-restarts ", want.max_restarts(), ", but this node asked for --nnodes ",
+          got.min_nodes(), ":", got.max_nodes(), " --max-restarts ", got.max_restarts(),
+          "; give every node the same values, or use another --rdzv-id"));
+    }
+    if (got.preflight() != want.preflight()) {
+      auto preflight = [](bool on) { return on ? "--preflight allreduce" : "no --preflight"; };
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", job.id, "' runs with ", preflight(want.preflight()),
+          ", but this node asked for ", preflight(got.preflight()),
+          ": the first round's workers would differ; give every node the same --preflight"));
+    }
+    int64_t workers = job.live_workers + info.local_world_size();
+    if (auto live = job.nodes.find(info.node_id()); live != job.nodes.end()) {
+      if (!ConstantTimeEquals(live->second.secret, request.node_secret())) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "node id ", info.node_id(), " is held by another agent in job '", job.id,
+            "'; a node speaks only for itself: every agent needs its own node id (muster makes "
+            "one per agent; is a copy of this agent's requests being replayed?)"));
+      }
+      workers -= live->second.info.local_world_size();
+    }
+    if (workers > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job '", job.id, "' would have ", workers,
+                       " workers with this node; a world size has at most ",
+                       std::numeric_limits<int32_t>::max()));
+    }
+  } else if (open_jobs_ >= options_.max_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the rendezvous holds ", open_jobs_, " open jobs, its most (musterd --max-jobs ",
+        options_.max_jobs, "); wait for jobs to end, or run musterd with a larger --max-jobs"));
+  }
+
+  if (jobs_.find(request.job_id()) == jobs_.end()) TrimClosedJobs(effects);
+  auto [it, created] = jobs_.try_emplace(request.job_id());
+  Job& job = it->second;
+  if (created) {
+    ++open_jobs_;
+    job.id = request.job_id();
+    job.config = request.config();
+    job.empty_since = now;
+    job.created_at = now;
+    job.round_since = now;
+    LogLimited("created",
+               absl::StrCat("job '", job.id, "' created: nodes ", job.config.min_nodes(), ":",
+                            job.config.max_nodes(), ", max_restarts ", job.config.max_restarts()),
+               now, effects);
+  }
+
+  auto [node_it, is_new] = job.nodes.try_emplace(info.node_id());
+  Node& node = node_it->second;
+  if (is_new) {
+    node.secret = std::string(new_secret);
+  } else {
+    job.live_workers -= node.info.local_world_size();
+  }
+  job.live_workers += info.local_world_size();
+  node.info = info;
+  node.addr = info.advertised_addr().empty() ? std::string(peer_addr) : info.advertised_addr();
+  node.last_seen = now;
+  node.join_seq = job.next_join_seq++;
+  if (is_new) {
+    node.joined_at = now;
+    AddEvent(job, JobEvent::NODE_JOINED, info.node_id(),
+             absl::StrCat("node ", info.host(), " joined with ", info.local_world_size(),
+                          info.local_world_size() == 1 ? " worker" : " workers"),
+             now, effects);
+  }
+
+  if (job.phase == Phase::kOpen) {
+    job.waiting.erase(info.node_id());  // a spare that joins again
+    if (!job.joined.contains(info.node_id()) && !job.expected.contains(info.node_id())) {
+      // A member rejoining a restart round keeps its seat: a newcomer takes
+      // only a seat no member holds.
+      const int held = static_cast<int>(job.not_back.size());
+      if (static_cast<int>(job.joined.size()) + held >= job.config.max_nodes()) {
+        job.waiting.insert(info.node_id());
+        effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
+                                            " waits; the seats of round ", job.round,
+                                            " are held for its members"));
+        return absl::OkStatus();
+      }
+    }
+    if (job.joined.empty()) {
+      job.open_since = now;
+      effects->rearm_timer = true;
+    }
+    job.joined.insert(info.node_id());
+    job.not_back.erase(info.node_id());
+    MaybeComplete(job, now, effects);
+    return absl::OkStatus();
+  }
+
+  // The round is running. A participant that joins again has lost its
+  // workers; anyone else waits for the next round.
+  const bool participant = IsParticipant(job, info.node_id());
+  job.waiting.insert(info.node_id());
+  if (!job.done.empty()) {
+    // Part of the job has finished: a new round would run it again.
+    effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
+                                        " waits; the running round is finishing"));
+  } else if (participant) {
+    OpenNextRound(job, RoundChanged::NODE_JOINED, absl::StrCat("node ", info.host(), " rejoined"),
+                  now, effects);
+  } else if (static_cast<int>(job.participants.size()) < job.config.max_nodes()) {
+    OpenNextRound(job, RoundChanged::NODE_JOINED, absl::StrCat("node ", info.host(), " joined"),
+                  now, effects);
+  } else {
+    effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
+                                        " waits; the running round is full (",
+                                        job.config.max_nodes(), " nodes)"));
+  }
+  return absl::OkStatus();
+}
+
+void RendezvousState::CancelJoin(const NodeKey& key, absl::Time now, Effects* effects) {
+  DropNode(key, "cancelled its join", now, effects);
+}
+
+void RendezvousState::DropNode(const NodeKey& key, absl::string_view why, absl::Time now,
+                               Effects* effects) {
+  Job* job = FindJob(key.job_id);
+  if (job == nullptr || job->phase == Phase::kClosed) return;
+  RemoveNode(*job, key.node_id, std::string(why), now, effects);
+}
+
+std::optional<Assignment> RendezvousState::AssignmentOf(const NodeKey& key) const {
+  auto it = jobs_.find(key.job_id);
+  if (it == jobs_.end() || it->second.phase != Phase::kRunning) return std::nullopt;
+  const Job& job = it->second;
+  int rank_base = -1, world_size = 0;
+  size_t group_rank = 0;
+  for (size_t i = 0; i < job.participants.size(); ++i) {
+    const Node& node = job.nodes.at(job.participants[i]);
+    if (job.participants[i] == key.node_id) {
+      rank_base = world_size;
+      group_rank = i;
+    }
+    world_size += node.info.local_world_size();
+  }
+  if (rank_base < 0) return std::nullopt;
+  return MakeAssignment(job, job.nodes.at(key.node_id), static_cast<int>(group_rank), rank_base,
+                        world_size, job.nodes.at(job.participants.front()));
+}
+
+Assignment RendezvousState::MakeAssignment(const Job& job, const Node& node, int group_rank,
+                                           int rank_base, int world_size,
+                                           const Node& master) const {
+  Assignment assignment;
+  assignment.set_round(job.round);
+  assignment.set_restart_count(job.restart_count);
+  assignment.set_max_restarts(job.config.max_restarts());
+  assignment.set_group_rank(group_rank);
+  assignment.set_group_world_size(static_cast<int>(job.participants.size()));
+  assignment.set_rank_base(rank_base);
+  assignment.set_world_size(world_size);
+  assignment.set_master_addr(master.addr);
+  assignment.set_master_port(master.info.master_port_candidate());
+  assignment.set_node_secret(node.secret);
+  assignment.set_ride_out_outages(options_.ride_out_outages);
+  return assignment;
+}
+
+absl::StatusOr<int64_t> RendezvousState::Heartbeat(const NodeKey& key, absl::string_view secret,
+                                                   absl::Time now) {
+  absl::StatusOr<Job*> job = FindLiveNode(key, secret);
+  if (!job.ok()) return job.status();
+  (*job)->nodes[key.node_id].last_seen = now;
+  return (*job)->round;
+}
+
+void RendezvousState::SetWatching(const NodeKey& key, bool watching, absl::Time now,
+                                  Effects* effects) {
+  Job* job = FindJob(key.job_id);
+  if (job == nullptr) return;
+  auto it = job->nodes.find(key.node_id);
+  if (it == job->nodes.end() || it->second.watching == watching) return;
+  it->second.watching = watching;
+  if (!watching) {
+    const absl::Duration timeout = absl::Milliseconds(job->config.heartbeat_timeout_ms());
+    it->second.last_seen = now - std::min(options_.stream_silence, timeout / 2);
+    effects->rearm_timer = true;  // its heartbeat deadline starts now
+  }
+}
+
+absl::Status RendezvousState::ReportFailure(const NodeKey& key, absl::string_view secret,
+                                            int64_t round, const Failure& reported, absl::Time now,
+                                            Effects* effects) {
+  absl::StatusOr<Job*> found = FindLiveNode(key, secret);
+  if (!found.ok()) {
+    // A failure report racing the job's close is expected; the close already said it all.
+    return absl::IsFailedPrecondition(found.status()) ? absl::OkStatus() : found.status();
+  }
+  Job& job = **found;
+  job.nodes[key.node_id].last_seen = now;
+  if (round != job.round || job.phase != Phase::kRunning || !IsParticipant(job, key.node_id)) {
+    return absl::OkStatus();  // stale: the job already moved on
+  }
+  // A real traceback can be long: cut, never refused, or the report is lost.
+  Failure failure = reported;
+  failure.set_message(CutText(reported.message(), kMaxFailureMessageBytes));
+  failure.set_host(ForLog(reported.host(), kMaxHostLength));
+  const std::string detail = DescribeFailure(failure);
+  Failure& recent = job.recent_failures.emplace_back(failure);
+  recent.set_message(CutText(failure.message(), kMaxStatusMessageBytes));
+  if (job.recent_failures.size() > kMaxRecentFailures) job.recent_failures.pop_front();
+  // Only the pre-flight's failure, which only round 0 of a job that asked
+  // for one runs, is spared the restarts.
+  const bool preflight_failed = failure.no_restart() && job.config.preflight() && job.round == 0;
+  const bool restarts =
+      job.done.empty() && job.restart_count < job.config.max_restarts() && !preflight_failed;
+  const std::string outcome =
+      !job.done.empty()
+          ? absl::StrCat(detail,
+                         " after other nodes had finished; a partly finished job cannot restart")
+      : preflight_failed
+          ? absl::StrCat(detail,
+                         " in the pre-flight all-reduce (--preflight): the job's communication is "
+                         "broken, which no restart mends")
+      : restarts ? absl::StrCat(detail, "; restart ", job.restart_count + 1, " of ",
+                                job.config.max_restarts())
+                 : absl::StrCat(detail, "; no restarts left (max_restarts ",
+                                job.config.max_restarts(), ")");
+  AddEvent(job, JobEvent::WORKER_FAILED, key.node_id, outcome, now, effects);
+  if (restarts) {
+    ++job.restart_count;
+    OpenNextRound(job, RoundChanged::WORKER_FAILED, outcome, now, effects);
+  } else {
+    Close(job, false, outcome, failure, now, effects);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousState::ReportDone(const NodeKey& key, absl::string_view secret,
+                                         int64_t round, absl::Time now, Effects* effects) {
+  absl::StatusOr<Job*> found = FindLiveNode(key, secret);
+  if (!found.ok()) return found.status();
+  Job& job = **found;
+  job.nodes[key.node_id].last_seen = now;
+  if (round != job.round || job.phase != Phase::kRunning) {
+    return absl::AbortedError(
+        absl::StrCat("round ", round, " is over; the job is in round ", job.round));
+  }
+  if (!IsParticipant(job, key.node_id)) {
+    return absl::AbortedError(absl::StrCat("node ", key.node_id, " is not in round ", job.round));
+  }
+  job.done.insert(key.node_id);
+  Record(effects, NodeDoneRecord(job.id, key.node_id, round));
+  if (job.done.size() == job.participants.size()) {
+    Close(job, true, "every node finished", std::nullopt, now, effects);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousState::Leave(const NodeKey& key, absl::string_view secret,
+                                    absl::string_view reason, absl::Time now, Effects* effects) {
+  absl::StatusOr<Job*> found = FindLiveNode(key, secret);
+  if (!found.ok()) {
+    return absl::IsFailedPrecondition(found.status()) ? absl::OkStatus() : found.status();
+  }
+  RemoveNode(**found, key.node_id,
+             absl::StrCat("left", reason.empty() ? "" : ": ", ForLog(reason, kMaxReasonBytes)), now,
+             effects);
+  return absl::OkStatus();
+}
+
+void RendezvousState::LogLimited(absl::string_view kind, std::string line, absl::Time now,
+                                 Effects* effects) {
+  const LogLimiter::Verdict verdict = log_limiter_.Allow(kind, now);
+  if (!verdict.log) return;
+  if (verdict.dropped > 0) {
+    absl::StrAppend(&line, " (and ", verdict.dropped, " more '", kind,
+                    "' lines left out: at most 10 a second)");
+  }
+  effects->log.push_back(std::move(line));
+}
+
+void RendezvousState::TrimClosedJobs(Effects* effects) {
+  int forgotten = 0;
+  while (!closed_order_.empty()) {
+    const auto& [closed_at, id] = closed_order_.front();
+    auto it = jobs_.find(id);
+    const bool stale = it == jobs_.end() || it->second.phase != Phase::kClosed ||
+                       it->second.closed_at != closed_at;
+    if (!stale && jobs_.size() - open_jobs_ <= options_.max_closed_jobs) break;
+    if (!stale) {
+      Forget(it, effects);
+      ++forgotten;
+    }
+    closed_order_.pop_front();
+  }
+  if (forgotten > 0) {
+    effects->log.push_back(
+        absl::StrCat(forgotten, " closed job(s) forgotten early: the rendezvous keeps at most ",
+                     options_.max_closed_jobs, " closed jobs"));
+  }
+}
+
+void RendezvousState::Advance(absl::Time now, Effects* effects) {
+  // A closed job is kept a while, so that late nodes learn it is over, then
+  // forgotten: a long-lived server does not grow, and the id can be used again.
+  // A job nobody is in (they left, were lost, or never got in) is forgotten
+  // too: joins that are cancelled at once cannot fill the server with jobs.
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Job& job = it->second;
+    const bool closed = job.phase == Phase::kClosed;
+    const bool expired = closed
+                             ? now - job.closed_at >= kClosedJobRetention
+                             : job.nodes.empty() && now - job.empty_since >= EmptyJobLifetime(job);
+    if (!expired) {
+      ++it;
+      continue;
+    }
+    if (!closed) {
+      AddEvent(job, JobEvent::JOB_FORGOTTEN, "",
+               absl::StrCat("no node in it for ",
+                            FormatDuration(absl::ToInt64Milliseconds(EmptyJobLifetime(job)))),
+               now, effects);
+    }
+    LogLimited("forgotten",
+               closed
+                   ? absl::StrCat("job '", job.id, "' forgotten")
+                   : absl::StrCat("job '", job.id, "' forgotten: no node in it for ",
+                                  FormatDuration(absl::ToInt64Milliseconds(EmptyJobLifetime(job)))),
+               now, effects);
+    it = Forget(it, effects);
+  }
+  for (auto& [id, job] : jobs_) {
+    if (job.phase == Phase::kClosed) continue;
+    // Heartbeats first: a dead node must not complete a round.
+    const absl::Duration timeout = absl::Milliseconds(job.config.heartbeat_timeout_ms());
+    std::vector<std::string> dead;
+    for (const auto& [node_id, node] : job.nodes) {
+      if (NeedsHeartbeat(job, node_id, node) && now - node.last_seen >= timeout) {
+        dead.push_back(node_id);
+      }
+    }
+    for (const std::string& node_id : dead) {
+      if (job.phase == Phase::kClosed) break;
+      RemoveNode(job, node_id,
+                 absl::StrCat("silent for ", FormatDuration(job.config.heartbeat_timeout_ms())),
+                 now, effects);
+    }
+    if (job.phase != Phase::kOpen) continue;
+    MaybeComplete(job, now, effects);
+    // At MIN or more the last call completes the round; the join timeout is for too few.
+    if (job.phase == Phase::kOpen && !job.joined.empty() &&
+        static_cast<int>(job.joined.size()) < job.config.min_nodes() &&
+        now - job.open_since >= absl::Milliseconds(job.config.join_timeout_ms())) {
+      std::vector<std::string> names = DescribeNodes(job, job.not_back);
+      for (const std::string& host : job.lost) names.push_back(absl::StrCat(host, " (lost)"));
+      std::string missing_names = absl::StrJoin(
+          names.begin(), names.begin() + std::min(names.size(), kMaxNamedNodes), ", ");
+      if (names.size() > kMaxNamedNodes) {
+        absl::StrAppend(&missing_names, " and ", names.size() - kMaxNamedNodes, " more");
+      }
+      std::string reason =
+          absl::StrCat("join timeout: ", job.joined.size(), " of at least ", job.config.min_nodes(),
+                       " nodes joined within ", FormatDuration(job.config.join_timeout_ms()));
+      if (!missing_names.empty()) absl::StrAppend(&reason, "; missing: ", missing_names);
+      Close(job, false, reason, std::nullopt, now, effects, absl::StatusCode::kDeadlineExceeded);
+    }
+  }
+  TrimClosedJobs(effects);
+}
+
+std::optional<absl::Time> RendezvousState::NextDeadline() const {
+  std::optional<absl::Time> next;
+  auto consider = [&next](absl::Time t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const auto& [id, job] : jobs_) {
+    if (job.phase == Phase::kClosed) {
+      consider(job.closed_at + kClosedJobRetention);
+      continue;
+    }
+    if (job.nodes.empty()) consider(job.empty_since + EmptyJobLifetime(job));
+    for (const auto& [node_id, node] : job.nodes) {
+      if (!NeedsHeartbeat(job, node_id, node)) continue;
+      consider(node.last_seen + absl::Milliseconds(job.config.heartbeat_timeout_ms()));
+    }
+    if (job.phase == Phase::kOpen) {
+      if (job.last_call_deadline) consider(*job.last_call_deadline);
+      if (!job.joined.empty() && static_cast<int>(job.joined.size()) < job.config.min_nodes()) {
+        consider(job.open_since + absl::Milliseconds(job.config.join_timeout_ms()));
+      }
+    }
+  }
+  return next;
+}
+
+absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id,
+                                                       std::optional<absl::Time> now,
+                                                       bool nodes) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job '", job_id, "' on this server"));
+  }
+  return JobStatus(it->second, now, nodes);
+}
+
+const char* RendezvousState::PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kOpen: return "open";
+    case Phase::kRunning: return "running";
+    case Phase::kClosed: return "closed";
+  }
+  return "closed";
+}
+
+StatusResponse RendezvousState::JobStatus(const Job& job, std::optional<absl::Time> now,
+                                          bool nodes) const {
+  StatusResponse response;
+  response.set_job_id(job.id);
+  response.set_state(std::string(PhaseName(job.phase)));
+  response.set_round(job.round);
+  response.set_restart_count(job.restart_count);
+  response.set_participants(job.phase == Phase::kOpen ? static_cast<int>(job.joined.size())
+                                                      : static_cast<int>(job.participants.size()));
+  response.set_waiting(static_cast<int>(job.waiting.size()));
+  *response.mutable_config() = job.config;
+  response.set_last_call_remaining_ms(-1);
+  if (job.phase == Phase::kOpen) {
+    if (job.last_call_deadline && now) {
+      response.set_last_call_remaining_ms(
+          std::max<int64_t>(0, absl::ToInt64Milliseconds(*job.last_call_deadline - *now)));
+    }
+    for (const std::string& node_id : job.not_back) {
+      if (response.missing_size() == static_cast<int>(kMaxNamedNodes)) break;
+      response.add_missing(job.nodes.at(node_id).info.host());  // each kMaxHostLength at most
+    }
+    response.set_missing_count(static_cast<int>(job.not_back.size()));
+  }
+  response.set_created_unix_ms(absl::ToUnixMillis(job.created_at));
+  response.set_round_since_unix_ms(
+      absl::ToUnixMillis(job.phase == Phase::kClosed ? job.closed_at : job.round_since));
+  response.set_node_count(static_cast<int>(job.nodes.size()));
+  if (job.phase != Phase::kOpen) {  // a closed job's last round
+    int64_t world_size = 0;
+    for (const std::string& id : job.participants) {
+      auto node = job.nodes.find(id);
+      if (node != job.nodes.end()) world_size += node->second.info.local_world_size();
+    }
+    response.set_world_size(static_cast<int>(world_size));  // Join keeps it within int32
+  }
+  if (job.phase == Phase::kClosed) {
+    response.set_succeeded(job.succeeded);
+    response.set_close_reason(job.close_reason);
+    if (job.closed_event && job.closed_event->job_closed().has_root_cause()) {
+      Failure* cause = response.mutable_root_cause();
+      *cause = job.closed_event->job_closed().root_cause();
+      cause->set_message(CutText(cause->message(), kMaxStatusMessageBytes));
+    }
+  }
+  for (const Failure& failure : job.recent_failures) *response.add_recent_failures() = failure;
+  if (!nodes) return response;
+
+  auto add = [&](const std::string& node_id, const Node& node, absl::string_view state,
+                 int group_rank, int rank_base) {
+    if (response.nodes_size() == static_cast<int>(kMaxListedNodes)) return;
+    NodeStatus* out = response.add_nodes();
+    out->set_node_id(node_id);
+    out->set_host(node.info.host());
+    out->set_addr(node.addr);
+    out->set_state(std::string(state));
+    out->set_group_rank(group_rank);
+    out->set_rank_base(rank_base);
+    out->set_local_world_size(node.info.local_world_size());
+    out->set_joined_unix_ms(absl::ToUnixMillis(node.joined_at));
+    out->set_last_seen_unix_ms(absl::ToUnixMillis(node.watching && now ? *now : node.last_seen));
+    out->set_watching(node.watching);
+  };
+  std::set<std::string> listed;
+  if (job.phase != Phase::kOpen) {  // a closed job's last round
+    const absl::string_view running = PhaseName(job.phase);
+    int rank_base = 0;
+    for (size_t i = 0; i < job.participants.size(); ++i) {
+      const std::string& id = job.participants[i];
+      auto node_it = job.nodes.find(id);
+      if (node_it == job.nodes.end()) continue;
+      const Node& node = node_it->second;
+      add(id, node, job.done.contains(id) ? "done" : running, static_cast<int>(i), rank_base);
+      rank_base += node.info.local_world_size();
+      listed.insert(id);
+    }
+  }
+  std::vector<std::pair<int64_t, const std::string*>> others;
+  for (const auto& [id, node] : job.nodes) {
+    if (!listed.contains(id)) others.emplace_back(node.join_seq, &id);
+  }
+  std::sort(others.begin(), others.end());
+  for (const auto& [seq, id] : others) {
+    const absl::string_view state = job.phase == Phase::kClosed  ? "closed"
+                                    : job.joined.contains(*id)   ? "joined"
+                                    : job.not_back.contains(*id) ? "rejoining"
+                                    : job.waiting.contains(*id)  ? "waiting"
+                                                                 : "idle";
+    add(*id, job.nodes.at(*id), state, -1, -1);
+  }
+  return response;
+}
+
+ListJobsResponse RendezvousState::ListJobs(absl::string_view prefix, absl::Time now) const {
+  ListJobsResponse response;
+  int32_t total = 0;
+  for (auto it = jobs_.lower_bound(prefix);
+       it != jobs_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    ++total;
+    if (response.jobs_size() == static_cast<int>(kMaxListedJobs)) continue;
+    StatusResponse* job = response.add_jobs();
+    *job = JobStatus(it->second, now, /*nodes=*/false);
+    job->mutable_root_cause()->clear_message();
+    for (Failure& failure : *job->mutable_recent_failures()) failure.clear_message();
+  }
+  response.set_total(total);
+  return response;
+}
+
+std::vector<RendezvousState::JobFigures> RendezvousState::Figures() const {
+  std::vector<JobFigures> out;
+  out.reserve(jobs_.size());
+  for (const auto& [id, job] : jobs_) {
+    JobFigures& figures = out.emplace_back();
+    figures.id = id;
+    figures.state = PhaseName(job.phase);
+    figures.nodes = static_cast<int64_t>(job.nodes.size());
+    figures.restarts = job.restart_count;
+    figures.rounds = job.rounds_by_reason;
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<JobEvent>> RendezvousState::History(absl::string_view job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job '", job_id, "' on this server"));
+  }
+  return std::vector<JobEvent>(it->second.history.begin(), it->second.history.end());
+}
+
+absl::Status RendezvousState::Stop(absl::string_view job_id, absl::string_view reason,
+                                   absl::Time now, Effects* effects) {
+  Job* job = FindJob(job_id);
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job '", job_id, "' on this server"));
+  }
+  if (job->phase == Phase::kClosed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job->id, "' is closed already (", job->close_reason, ")"));
+  }
+  Close(*job, false,
+        absl::StrCat("stopped by an operator", reason.empty() ? "" : ": ",
+                     ForLog(reason, kMaxReasonBytes)),
+        std::nullopt, now, effects);
+  return absl::OkStatus();
+}
+
+void RendezvousState::AddEvent(Job& job, JobEvent::Kind kind, absl::string_view node_id,
+                               absl::string_view detail, absl::Time now, Effects* effects) {
+  effects->events.push_back(KeepEvent(job, kind, node_id, detail, now));
+}
+
+const JobEvent& RendezvousState::KeepEvent(Job& job, JobEvent::Kind kind, absl::string_view node_id,
+                                           absl::string_view detail, absl::Time now) {
+  JobEvent event;
+  event.set_time_unix_ms(absl::ToUnixMillis(now));
+  event.set_job_id(job.id);
+  event.set_round(job.round);
+  event.set_kind(kind);
+  event.set_node_id(std::string(node_id));
+  event.set_detail(CutText(detail, kMaxEventDetailBytes));
+  if (kind == JobEvent::JOB_CLOSED) event.set_succeeded(job.succeeded);
+  if (job.history.size() >= kMaxJobHistory) job.history.pop_front();
+  return job.history.emplace_back(std::move(event));
+}
+
+absl::StatusOr<std::optional<WatchEvent>> RendezvousState::CatchUp(const NodeKey& key,
+                                                                   absl::string_view secret,
+                                                                   int64_t known_round) const {
+  auto it = jobs_.find(key.job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job '", key.job_id, "' on this server"));
+  }
+  const Job& job = it->second;
+  auto node = job.nodes.find(key.node_id);
+  if (node != job.nodes.end() && !ConstantTimeEquals(node->second.secret, secret)) {
+    return WrongSecret(key);
+  }
+  if (job.phase == Phase::kClosed) {
+    if (node != job.nodes.end() || !job.closed_event) return job.closed_event;
+    // A node that is no longer in the job learns what a join would: that it
+    // closed and why, not the worker's message.
+    WatchEvent event = *job.closed_event;
+    event.mutable_job_closed()->mutable_root_cause()->clear_message();
+    return event;
+  }
+  if (node == job.nodes.end()) return NotInJob(job, key.node_id, secret);
+  if (job.round > known_round) {
+    if (job.last_round_change) return job.last_round_change;
+    return RoundChangedEvent(job.round, RoundChanged::REASON_UNSPECIFIED, "the job moved on");
+  }
+  return std::optional<WatchEvent>();
+}
+
+void RendezvousState::MaybeComplete(Job& job, absl::Time now, Effects* effects) {
+  const int joined = static_cast<int>(job.joined.size());
+  if (joined >= job.config.max_nodes()) {
+    CompleteRound(job, now, effects);
+    return;
+  }
+  if (joined < job.config.min_nodes()) {
+    job.last_call_deadline.reset();
+    return;
+  }
+  // A restart round is done as soon as everyone who was there is back.
+  if (!job.expected.empty() && job.not_back.empty()) {
+    CompleteRound(job, now, effects);
+    return;
+  }
+  if (!job.last_call_deadline) {
+    job.last_call_deadline = now + absl::Milliseconds(job.config.last_call_timeout_ms());
+    effects->rearm_timer = true;
+    if (job.config.last_call_timeout_ms() > 0) {
+      effects->log.push_back(absl::StrCat("job '", job.id, "': ", joined, " nodes joined (min ",
+                                          job.config.min_nodes(), ", max ", job.config.max_nodes(),
+                                          "); last call ends in ",
+                                          FormatDuration(job.config.last_call_timeout_ms())));
+    }
+  }
+  if (now >= *job.last_call_deadline) {
+    // The members that are not back by the last call give up their seats.
+    SeatSpares(job, /*hold_for_expected=*/false, now);
+    CompleteRound(job, now, effects);
+  }
+}
+
+void RendezvousState::SeatSpares(Job& job, bool hold_for_expected, absl::Time now) {
+  if (job.waiting.empty()) return;
+  const int held = hold_for_expected ? static_cast<int>(job.not_back.size()) : 0;
+  const int free = job.config.max_nodes() - static_cast<int>(job.joined.size()) - held;
+  if (free <= 0) return;
+  std::vector<const std::string*> spares;
+  for (const std::string& id : job.waiting) spares.push_back(&id);
+  std::sort(spares.begin(), spares.end(), [&job](const std::string* a, const std::string* b) {
+    return job.nodes.at(*a).join_seq < job.nodes.at(*b).join_seq;
+  });
+  if (static_cast<int>(spares.size()) > free) spares.resize(free);
+  if (job.joined.empty()) job.open_since = now;
+  std::vector<std::string> seated;
+  for (const std::string* id : spares) seated.push_back(*id);
+  for (const std::string& id : seated) {
+    job.waiting.erase(id);
+    job.joined.insert(id);
+    job.not_back.erase(id);
+  }
+}
+
+absl::Duration RendezvousState::EmptyJobLifetime(const Job& job) const {
+  return std::min(absl::Milliseconds(job.config.join_timeout_ms()), options_.max_join_timeout);
+}
+
+void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) {
+  std::vector<const Node*> order;
+  order.reserve(job.joined.size());
+  bool all_hinted = true;
+  for (const std::string& node_id : job.joined) {
+    const Node& node = job.nodes.at(node_id);
+    order.push_back(&node);
+    all_hinted = all_hinted && node.info.node_rank_hint() >= 0;
+  }
+  // Deterministic ranks: by node-rank hint where every node gives one, else by
+  // host name; join order breaks ties.
+  std::sort(order.begin(), order.end(), [all_hinted](const Node* a, const Node* b) {
+    if (all_hinted && a->info.node_rank_hint() != b->info.node_rank_hint()) {
+      return a->info.node_rank_hint() < b->info.node_rank_hint();
+    }
+    if (a->info.host() != b->info.host()) return a->info.host() < b->info.host();
+    return a->join_seq < b->join_seq;
+  });
+
+  // Fits: Join keeps the sum over the job's live nodes within int32.
+  int world_size = 0;
+  for (const Node* node : order) world_size += node->info.local_world_size();
+  const Node& master = *order.front();
+
+  effects->rearm_timer = true;  // participants' heartbeat deadlines start now
+  job.participants.clear();
+  job.phase = Phase::kRunning;
+  job.joined.clear();
+  job.expected.clear();
+  job.not_back.clear();
+  job.done.clear();
+  job.lost.clear();
+  job.last_call_deadline.reset();
+  job.open_since = absl::InfiniteFuture();
+
+  for (const Node* node : order) job.participants.push_back(node->info.node_id());
+  int rank_base = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node& node = *order[i];
+    effects->assigned.emplace_back(
+        NodeKey{job.id, node.info.node_id()},
+        MakeAssignment(job, node, static_cast<int>(i), rank_base, world_size, master));
+    rank_base += node.info.local_world_size();
+  }
+  for (const std::string& node_id : job.participants) {
+    Node& node = job.nodes[node_id];
+    node.last_seen = now;
+    node.member = true;
+  }
+  job.journaled = options_.journal;
+  job.round_since = now;
+  Record(effects, RoundFormedRecord(job, job.participants));
+  const std::string formed =
+      absl::StrCat(order.size(), " nodes, world size ", world_size, ", master ", master.addr, ":",
+                   master.info.master_port_candidate(), ", restarts ", job.restart_count, "/",
+                   job.config.max_restarts());
+  const int reason = job.round > 0 && job.last_round_change
+                         ? job.last_round_change->round_changed().reason()
+                         : RoundChanged::REASON_UNSPECIFIED;
+  if (reason >= 0 && static_cast<size_t>(reason) < kRoundReasons) ++job.rounds_by_reason[reason];
+  AddEvent(job, JobEvent::ROUND_STARTED, "", formed, now, effects);
+  effects->log.push_back(absl::StrCat("job '", job.id, "' round ", job.round, ": ", formed));
+}
+
+void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
+                                    const std::string& detail, absl::Time now, Effects* effects) {
+  effects->rearm_timer = true;
+  ++job.round;
+  job.phase = Phase::kOpen;
+  job.open_since = now;
+  job.round_since = now;
+  job.last_call_deadline.reset();
+  job.done.clear();
+  job.expected.clear();
+  job.not_back.clear();
+  job.joined.clear();
+  const WatchEvent event = RoundChangedEvent(job.round, reason, detail);
+  job.last_round_change = event;
+  Record(effects, RoundOpenedRecord(job.id, job.round, job.restart_count, event));
+  for (const std::string& node_id : job.participants) {
+    job.expected.insert(node_id);
+    job.not_back.insert(node_id);
+    effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
+  }
+  job.participants.clear();
+  // Waiting nodes are pending joins already. Members that joined again while
+  // the round ran are back; spares take only the seats no member holds.
+  for (auto it = job.waiting.begin(); it != job.waiting.end();) {
+    if (job.expected.contains(*it)) {
+      job.joined.insert(*it);
+      job.not_back.erase(*it);
+      it = job.waiting.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  SeatSpares(job, /*hold_for_expected=*/true, now);
+  effects->log.push_back(absl::StrCat("job '", job.id, "' round ", job.round,
+                                      " opened: ", event.round_changed().detail()));
+  if (!job.joined.empty()) MaybeComplete(job, now, effects);
+}
+
+void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
+                            const std::optional<Failure>& root_cause, absl::Time now,
+                            Effects* effects, absl::StatusCode pending_join_code) {
+  if (job.phase != Phase::kClosed) {
+    --open_jobs_;
+    closed_order_.emplace_back(now, job.id);
+  }
+  job.phase = Phase::kClosed;
+  job.closed_at = now;
+  effects->rearm_timer = true;  // the retention deadline
+  job.succeeded = succeeded;
+  job.close_reason = CutText(reason, kMaxDetailBytes);
+  WatchEvent event;
+  JobClosed* closed = event.mutable_job_closed();
+  closed->set_succeeded(succeeded);
+  closed->set_reason(job.close_reason);
+  if (root_cause) *closed->mutable_root_cause() = *root_cause;
+  job.closed_event = event;
+  job.journaled = options_.journal;
+  Record(effects, JobEndedRecord(job.id, job.config, job.round, job.restart_count, event));
+  for (const auto& [node_id, node] : job.nodes) {
+    effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
+  }
+  const absl::Status refused = absl::Status(
+      pending_join_code, absl::StrCat("job '", job.id, "' is closed (", job.close_reason, ")"));
+  for (const std::string& node_id : job.joined) {
+    effects->join_failed.emplace_back(NodeKey{job.id, node_id}, refused);
+  }
+  for (const std::string& node_id : job.waiting) {
+    effects->join_failed.emplace_back(NodeKey{job.id, node_id}, refused);
+  }
+  job.joined.clear();
+  job.waiting.clear();
+  job.expected.clear();
+  job.not_back.clear();
+  job.last_call_deadline.reset();
+  AddEvent(job, JobEvent::JOB_CLOSED, "", job.close_reason, now, effects);
+  effects->log.push_back(absl::StrCat("job '", job.id, "' closed, ",
+                                      succeeded ? "succeeded" : "failed", ": ", job.close_reason));
+}
+
+absl::Status RendezvousState::NotInJob(const Job& job, const std::string& node_id,
+                                       absl::string_view secret) {
+  auto removed = job.removed.find(node_id);
+  if (removed != job.removed.end() && ConstantTimeEquals(removed->second.secret, secret)) {
+    return absl::NotFoundError(absl::StrCat("node ", node_id, " ", kDroppedFromJob, " '", job.id,
+                                            "': ", removed->second.why));
+  }
+  return absl::NotFoundError(absl::StrCat("node ", node_id, " is not part of job '", job.id, "'"));
+}
+
+void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std::string& why,
+                                 absl::Time now, Effects* effects) {
+  auto node_it = job.nodes.find(node_id);
+  if (node_it == job.nodes.end()) return;
+  const std::string host = node_it->second.info.host();
+  std::string secret = node_it->second.secret;
+  effects->rearm_timer = true;
+  job.live_workers -= node_it->second.info.local_world_size();
+  if (node_it->second.member) {
+    JournalRecord record;
+    record.mutable_node_removed()->set_job_id(job.id);
+    record.mutable_node_removed()->set_node_id(node_id);
+    Record(effects, std::move(record));
+  }
+  job.nodes.erase(node_it);
+  if (job.nodes.empty()) job.empty_since = now;
+  job.lost.push_back(host);
+  job.waiting.erase(node_id);
+  job.expected.erase(node_id);
+  job.not_back.erase(node_id);
+  const bool was_done = job.done.erase(node_id) > 0;
+  const std::string detail = absl::StrCat("node ", host, " ", why);
+  AddEvent(job, JobEvent::NODE_LOST, node_id, detail, now, effects);
+  if (job.removed.insert_or_assign(node_id, Job::Removal{std::move(secret), detail}).second) {
+    job.removed_order.push_back(node_id);
+  }
+  while (job.removed_order.size() > static_cast<size_t>(std::max(1, job.config.max_nodes()))) {
+    job.removed.erase(job.removed_order.front());
+    job.removed_order.pop_front();
+  }
+  if (job.joined.erase(node_id) > 0) {
+    effects->join_failed.emplace_back(
+        NodeKey{job.id, node_id},
+        absl::AbortedError(absl::StrCat("removed from job '", job.id, "': ", detail)));
+  }
+  auto participant = std::find(job.participants.begin(), job.participants.end(), node_id);
+  if (job.phase == Phase::kRunning && participant != job.participants.end()) {
+    job.participants.erase(participant);
+    if (was_done) {
+      // Its workers finished: the others run on, and the job ends when they are done.
+      effects->log.push_back(absl::StrCat("job '", job.id, "': ", detail, " after finishing"));
+      return;
+    }
+    if (!job.done.empty()) {
+      Close(job, false,
+            absl::StrCat(detail,
+                         " after other nodes had finished; a partly finished job cannot "
+                         "restart"),
+            std::nullopt, now, effects);
+      return;
+    }
+    if (job.participants.empty() && job.waiting.empty()) {
+      Close(job, false, absl::StrCat(detail, "; no nodes left"), std::nullopt, now, effects);
+      return;
+    }
+    OpenNextRound(job, RoundChanged::NODE_LOST, detail, now, effects);
+    return;
+  }
+  effects->log.push_back(absl::StrCat("job '", job.id, "': ", detail));
+  if (job.phase == Phase::kOpen) {
+    // A member that is gone frees its seat for a spare.
+    SeatSpares(job, /*hold_for_expected=*/true, now);
+    if (job.joined.empty() && job.expected.empty() && job.waiting.empty() &&
+        job.participants.empty()) {
+      job.open_since = absl::InfiniteFuture();
+    }
+    MaybeComplete(job, now, effects);
+  }
+}
+
+void RendezvousState::Record(Effects* effects, JournalRecord record) const {
+  if (options_.journal) effects->journal.push_back(std::move(record));
+}
+
+RendezvousState::JobMap::iterator RendezvousState::Forget(JobMap::iterator it, Effects* effects) {
+  if (it->second.journaled) {
+    JournalRecord record;
+    record.mutable_job_forgotten()->set_job_id(it->first);
+    Record(effects, std::move(record));
+  }
+  if (it->second.phase != Phase::kClosed) --open_jobs_;
+  return jobs_.erase(it);
+}
+
+JournalRecord RendezvousState::RoundFormedRecord(const Job& job,
+                                                 const std::vector<std::string>& members) const {
+  JournalRecord record;
+  RoundFormed* formed = record.mutable_round_formed();
+  formed->set_job_id(job.id);
+  *formed->mutable_config() = job.config;
+  formed->set_round(job.round);
+  formed->set_restart_count(job.restart_count);
+  formed->set_next_join_seq(job.next_join_seq);
+  for (const std::string& node_id : members) {
+    const Node& node = job.nodes.at(node_id);
+    DurableNode* durable = formed->add_members();
+    *durable->mutable_info() = node.info;
+    durable->set_secret(node.secret);
+    durable->set_addr(node.addr);
+    durable->set_join_seq(node.join_seq);
+  }
+  return record;
+}
+
+void RendezvousState::RestoreRoundFormed(const RoundFormed& formed, absl::Time now) {
+  auto [it, created] = jobs_.try_emplace(formed.job_id());
+  Job& job = it->second;
+  if (created || job.phase == Phase::kClosed) ++open_jobs_;
+  job = Job();
+  job.id = formed.job_id();
+  job.config = formed.config();
+  job.phase = Phase::kRunning;
+  job.round = formed.round();
+  job.restart_count = formed.restart_count();
+  job.next_join_seq = formed.next_join_seq();
+  job.journaled = true;
+  job.empty_since = now;
+  job.created_at = now;
+  job.round_since = now;
+  for (const DurableNode& durable : formed.members()) {
+    Node& node = job.nodes[durable.info().node_id()];
+    node.info = durable.info();
+    node.secret = durable.secret();
+    node.addr = durable.addr();
+    node.join_seq = durable.join_seq();
+    node.last_seen = now;  // its heartbeat deadline starts again
+    node.joined_at = now;
+    node.member = true;
+    job.live_workers += node.info.local_world_size();
+    job.participants.push_back(durable.info().node_id());
+  }
+}
+
+absl::Status RendezvousState::Restore(const JournalRecord& record, absl::Time now) {
+  auto unknown = [](absl::string_view kind, absl::string_view job_id) {
+    return absl::DataLossError(
+        absl::StrCat("a ", kind, " record for job '", job_id, "', which has no round formed"));
+  };
+  switch (record.record_case()) {
+    case JournalRecord::kRoundFormed: RestoreRoundFormed(record.round_formed(), now); break;
+    case JournalRecord::kRoundOpened: {
+      const RoundOpened& opened = record.round_opened();
+      Job* job = FindJob(opened.job_id());
+      if (job == nullptr || job->phase == Phase::kClosed) {
+        return unknown("round-opened", opened.job_id());
+      }
+      job->phase = Phase::kOpen;
+      job->round = opened.round();
+      job->restart_count = opened.restart_count();
+      job->open_since = now;  // its join timeout starts again
+      job->last_call_deadline.reset();
+      job->done.clear();
+      job->joined.clear();
+      job->waiting.clear();
+      job->expected.clear();
+      job->expected.insert(job->participants.begin(), job->participants.end());
+      job->not_back = job->expected;
+      job->participants.clear();
+      job->last_round_change = opened.event();
+      break;
+    }
+    case JournalRecord::kNodeRemoved: {
+      const NodeRemoved& removed = record.node_removed();
+      Job* job = FindJob(removed.job_id());
+      if (job == nullptr) return unknown("node-removed", removed.job_id());
+      auto node = job->nodes.find(removed.node_id());
+      if (node == job->nodes.end()) break;
+      job->live_workers -= node->second.info.local_world_size();
+      job->lost.push_back(node->second.info.host());
+      job->nodes.erase(node);
+      if (job->nodes.empty()) job->empty_since = now;
+      job->expected.erase(removed.node_id());
+      job->not_back.erase(removed.node_id());
+      job->done.erase(removed.node_id());
+      std::erase(job->participants, removed.node_id());
+      break;
+    }
+    case JournalRecord::kNodeDone: {
+      const NodeDone& done = record.node_done();
+      Job* job = FindJob(done.job_id());
+      if (job == nullptr) return unknown("node-done", done.job_id());
+      if (job->phase == Phase::kRunning && job->round == done.round() &&
+          IsParticipant(*job, done.node_id())) {
+        job->done.insert(done.node_id());
+      }
+      break;
+    }
+    case JournalRecord::kJobEnded: {
+      const JobEnded& ended = record.job_ended();
+      auto [it, created] = jobs_.try_emplace(ended.job_id());
+      Job& job = it->second;
+      if (created) {
+        job.id = ended.job_id();
+        job.created_at = now;
+      } else if (job.phase != Phase::kClosed) {
+        --open_jobs_;
+      }
+      job.config = ended.config();
+      job.round = ended.round();
+      job.restart_count = ended.restart_count();
+      job.phase = Phase::kClosed;
+      job.journaled = true;
+      job.closed_at = now;  // kept for its retention from now
+      job.succeeded = ended.event().job_closed().succeeded();
+      job.close_reason = ended.event().job_closed().reason();
+      job.closed_event = ended.event();
+      // Its events are not journaled, but how it ended is: a watch of it
+      // shows that, and ends.
+      job.history.clear();
+      KeepEvent(
+          job, JobEvent::JOB_CLOSED, "",
+          absl::StrCat(job.close_reason,
+                       " (closed before this rendezvous restarted: the time is the restart's)"),
+          now);
+      job.joined.clear();
+      job.waiting.clear();
+      job.expected.clear();
+      job.not_back.clear();
+      job.last_call_deadline.reset();
+      closed_order_.emplace_back(now, job.id);
+      break;
+    }
+    case JournalRecord::kJobForgotten: {
+      auto it = jobs_.find(record.job_forgotten().job_id());
+      if (it == jobs_.end()) break;
+      if (it->second.phase != Phase::kClosed) --open_jobs_;
+      jobs_.erase(it);
+      break;
+    }
+    case JournalRecord::RECORD_NOT_SET:
+      return absl::DataLossError("a record of a kind this muster does not know");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<JournalRecord> RendezvousState::Snapshot() const {
+  std::vector<JournalRecord> out;
+  for (const auto& [id, job] : jobs_) {
+    if (!job.journaled) continue;
+    // Its members, in rank order while a round runs.
+    std::vector<std::string> members;
+    if (job.phase == Phase::kRunning) {
+      members = job.participants;
+    } else {
+      for (const auto& [node_id, node] : job.nodes) {
+        if (node.member) members.push_back(node_id);
+      }
+    }
+    if (!members.empty() || job.phase != Phase::kClosed) {
+      out.push_back(RoundFormedRecord(job, members));
+    }
+    if (job.phase == Phase::kOpen) {
+      out.push_back(RoundOpenedRecord(job.id, job.round, job.restart_count, job.last_round_change));
+    } else if (job.phase == Phase::kRunning) {
+      for (const std::string& node_id : job.done) {
+        out.push_back(NodeDoneRecord(job.id, node_id, job.round));
+      }
+    } else {
+      out.push_back(
+          JobEndedRecord(job.id, job.config, job.round, job.restart_count, job.closed_event));
+    }
+  }
+  return out;
+}
+
+bool RendezvousState::IsParticipant(const Job& job, const std::string& node_id) {
+  return std::find(job.participants.begin(), job.participants.end(), node_id) !=
+         job.participants.end();
+}
+
+bool RendezvousState::NeedsHeartbeat(const Job& job, const std::string& node_id,
+                                     const Node& node) const {
+  // A pending join is alive while its call is open (the server drops the node
+  // when the call is cancelled), and agents heartbeat only once in the job. A
+  // node whose workers all finished may exit: it is not needed any more. An
+  // open watch stream is a heartbeat.
+  return !options_.external_liveness && !node.watching && !job.joined.contains(node_id) &&
+         !job.waiting.contains(node_id) && !job.done.contains(node_id);
+}
+
+std::vector<std::string> RendezvousState::DescribeNodes(const Job& job,
+                                                        const std::set<std::string>& ids) const {
+  std::vector<std::string> names;
+  for (const std::string& id : ids) {
+    auto it = job.nodes.find(id);
+    names.push_back(it == job.nodes.end() ? id : it->second.info.host());
+  }
+  return names;
+}
+
+}  // namespace muster::rdzv
