@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
+#include "common/file_system.h"
 #include "common/status.h"
 
 namespace muster::rdzv {
@@ -33,9 +34,10 @@ uint32_t GetUint32(const char* p) {
 }
 
 // Writes all of `data` at `offset`.
-absl::Status WriteAt(int fd, absl::string_view data, uint64_t offset, const std::string& path) {
+absl::Status WriteAt(FileSystem& fs, int fd, absl::string_view data, uint64_t offset,
+                     const std::string& path) {
   while (!data.empty()) {
-    const ssize_t n = pwrite(fd, data.data(), data.size(), static_cast<off_t>(offset));
+    const ssize_t n = fs.PWrite(fd, data.data(), data.size(), static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoToStatus(errno, absl::StrCat("write ", path));
@@ -46,18 +48,18 @@ absl::Status WriteAt(int fd, absl::string_view data, uint64_t offset, const std:
   return absl::OkStatus();
 }
 
-absl::Status SyncDirectory(const std::string& dir) {
-  UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+absl::Status SyncDirectory(FileSystem& fs, const std::string& dir) {
+  UniqueFd fd(fs.Open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoToStatus(errno, absl::StrCat("open ", dir));
-  if (fsync(fd.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", dir));
+  if (fs.FSync(fd.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", dir));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadAll(int fd, const std::string& path) {
+absl::StatusOr<std::string> ReadAll(FileSystem& fs, int fd, const std::string& path) {
   std::string contents;
   char buffer[1 << 16];
   for (;;) {
-    const ssize_t n = pread(fd, buffer, sizeof buffer, static_cast<off_t>(contents.size()));
+    const ssize_t n = fs.PRead(fd, buffer, sizeof buffer, static_cast<off_t>(contents.size()));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoToStatus(errno, absl::StrCat("read ", path));
@@ -114,19 +116,20 @@ Journal::Journal(std::string dir, JournalOptions options, UniqueFd lock)
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, Replayed* replayed,
                                                        JournalOptions options) {
   *replayed = Replayed();
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+  FileSystem& fs = *options.files;
+  if (fs.MkDir(dir, 0700) != 0 && errno != EEXIST) {
     return ErrnoToStatus(errno, absl::StrCat("mkdir ", dir));
   }
   struct stat st = {};
-  if (stat(dir.c_str(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", dir));
+  if (fs.Stat(dir, &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", dir));
   if (!S_ISDIR(st.st_mode)) {
     return absl::FailedPreconditionError(
         absl::StrCat(dir, " is not a directory; give --state-dir a directory of its own"));
   }
   const std::string lock_path = dir + "/lock";
-  UniqueFd lock(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  UniqueFd lock(fs.Open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock.valid()) return ErrnoToStatus(errno, absl::StrCat("open ", lock_path));
-  if (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+  if (fs.Flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) {
       return absl::FailedPreconditionError(
           absl::StrCat("another process uses the state directory ", dir, " (it holds ", lock_path,
@@ -137,13 +140,12 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, R
 
   std::unique_ptr<Journal> journal(new Journal(dir, options, std::move(lock)));
   // Holds node secrets: for this user only, whatever the umask.
-  auto fd =
-      std::make_shared<UniqueFd>(open(journal->path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  auto fd = std::make_shared<UniqueFd>(fs.Open(journal->path_, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!fd->valid()) return ErrnoToStatus(errno, absl::StrCat("open ", journal->path_));
-  if (fchmod(fd->get(), 0600) != 0) {
+  if (fs.FChmod(fd->get(), 0600) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("chmod 600 ", journal->path_));
   }
-  absl::StatusOr<std::string> contents = ReadAll(fd->get(), journal->path_);
+  absl::StatusOr<std::string> contents = ReadAll(fs, fd->get(), journal->path_);
   if (!contents.ok()) return contents.status();
 
   if (contents->size() < kHeader.size() &&
@@ -153,12 +155,13 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, R
       replayed->dropped_why = "the journal's header is cut short";
       replayed->dropped_bytes = contents->size();
     }
-    if (ftruncate(fd->get(), 0) != 0) {
+    if (fs.FTruncate(fd->get(), 0) != 0) {
       return ErrnoToStatus(errno, absl::StrCat("truncate ", journal->path_));
     }
-    MUSTER_RETURN_IF_ERROR(WriteAt(fd->get(), kHeader, 0, journal->path_));
-    if (fsync(fd->get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", journal->path_));
-    MUSTER_RETURN_IF_ERROR(SyncDirectory(dir));
+    MUSTER_RETURN_IF_ERROR(WriteAt(fs, fd->get(), kHeader, 0, journal->path_));
+    if (fs.FSync(fd->get()) != 0)
+      return ErrnoToStatus(errno, absl::StrCat("fsync ", journal->path_));
+    MUSTER_RETURN_IF_ERROR(SyncDirectory(fs, dir));
     replayed->bytes = kHeader.size();
   } else if (!absl::StartsWith(*contents, kHeader)) {
     return absl::FailedPreconditionError(
@@ -168,10 +171,10 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir, R
     ParseRecords(*contents, replayed);
     if (replayed->dropped_bytes > 0) {
       // What is appended next must follow the last whole record.
-      if (ftruncate(fd->get(), static_cast<off_t>(replayed->bytes)) != 0) {
+      if (fs.FTruncate(fd->get(), static_cast<off_t>(replayed->bytes)) != 0) {
         return ErrnoToStatus(errno, absl::StrCat("truncate ", journal->path_));
       }
-      if (fsync(fd->get()) != 0) {
+      if (fs.FSync(fd->get()) != 0) {
         return ErrnoToStatus(errno, absl::StrCat("fsync ", journal->path_));
       }
     }
@@ -204,7 +207,8 @@ absl::StatusOr<uint64_t> Journal::Append(const std::vector<JournalRecord>& recor
   if (data.empty()) return written_;
   // Written without the lock would let SyncTo read a position whose bytes
   // are not in the file yet; a write to the page cache is short.
-  if (absl::Status status = WriteAt(fd_->get(), data, file_bytes_, path_); !status.ok()) {
+  if (absl::Status status = WriteAt(*options_.files, fd_->get(), data, file_bytes_, path_);
+      !status.ok()) {
     failed_ = status;
     return status;
   }
@@ -227,7 +231,7 @@ absl::Status Journal::SyncTo(uint64_t position) {
     const uint64_t target = written_;
     const std::shared_ptr<UniqueFd> fd = fd_;
     mu_.Unlock();
-    const int rc = fdatasync(fd->get());
+    const int rc = options_.files->FDataSync(fd->get());
     const int error = errno;
     mu_.Lock();
     syncing_ = false;
@@ -259,16 +263,18 @@ absl::Status Journal::Compact(const std::vector<JournalRecord>& snapshot) {
   std::string data(kHeader);
   Encode(snapshot, &data);
   const std::string fresh_path = path_ + ".new";
+  FileSystem& fs = *options_.files;
   absl::Status status = [&]() -> absl::Status {
     auto fresh = std::make_shared<UniqueFd>(
-        open(fresh_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+        fs.Open(fresh_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (!fresh->valid()) return ErrnoToStatus(errno, absl::StrCat("open ", fresh_path));
-    MUSTER_RETURN_IF_ERROR(WriteAt(fresh->get(), data, 0, fresh_path));
-    if (fsync(fresh->get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", fresh_path));
-    if (rename(fresh_path.c_str(), path_.c_str()) != 0) {
+    MUSTER_RETURN_IF_ERROR(WriteAt(fs, fresh->get(), data, 0, fresh_path));
+    if (fs.FSync(fresh->get()) != 0)
+      return ErrnoToStatus(errno, absl::StrCat("fsync ", fresh_path));
+    if (fs.Rename(fresh_path, path_) != 0) {
       return ErrnoToStatus(errno, absl::StrCat("rename ", fresh_path, " to ", path_));
     }
-    MUSTER_RETURN_IF_ERROR(SyncDirectory(dir_));
+    MUSTER_RETURN_IF_ERROR(SyncDirectory(fs, dir_));
     absl::MutexLock lock(&mu_);
     fd_ = std::move(fresh);
     file_bytes_ = data.size();
@@ -277,7 +283,7 @@ absl::Status Journal::Compact(const std::vector<JournalRecord>& snapshot) {
     return absl::OkStatus();
   }();
   if (!status.ok()) {
-    unlink(fresh_path.c_str());
+    fs.Unlink(fresh_path);
     absl::MutexLock lock(&mu_);
     failed_ = status;
   }

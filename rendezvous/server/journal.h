@@ -24,6 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/file_system.h"
 #include "common/unique_handle.h"
 #include "proto/journal.pb.h"
 
@@ -33,6 +34,9 @@ struct JournalOptions {
   // The journal is rewritten as a snapshot (Compact) once it holds this
   // many bytes and twice what it held after the last rewrite (or open).
   uint64_t compact_bytes = 64ull << 20;
+  // Every file operation goes through it; a test's fails some. Not owned;
+  // outlives the journal.
+  FileSystem* files = &FileSystem::Default();
 };
 
 // What Open read back.

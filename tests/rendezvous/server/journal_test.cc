@@ -1,13 +1,17 @@
 // The journal file of musterd --state-dir: records come back as written,
 // a torn or corrupt tail is dropped (and cut off the file) with the rest
 // kept, a second process is kept out, syncs are shared, and a compaction
-// replaces the file with a snapshot.
+// replaces the file with a snapshot. Faults the disk gives (ENOSPC, a short
+// write, a failed fdatasync or rename) come from a FileSystem that fails on
+// cue.
 #include "rendezvous/server/journal.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -19,6 +23,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/file_system.h"
 
 namespace muster::rdzv {
 namespace {
@@ -39,6 +45,74 @@ std::vector<std::string> Nodes(const std::vector<JournalRecord>& records) {
   for (const JournalRecord& record : records) nodes.push_back(record.node_removed().node_id());
   return nodes;
 }
+
+// The real file system, failing on cue. Thread safety: any thread.
+class FaultyFiles : public FileSystem {
+ public:
+  // Writes fail with `error` (ENOSPC: the disk is full) once `bytes` more
+  // bytes have been written; a write that crosses the line is cut short
+  // there, as the kernel does.
+  void FailWritesAfter(size_t bytes, int error) {
+    absl::MutexLock lock(&mu_);
+    write_budget_ = bytes;
+    write_error_ = error;
+  }
+  // Every write writes at most `bytes` bytes (and says so): a short write.
+  void ShortWrites(size_t bytes) {
+    absl::MutexLock lock(&mu_);
+    short_writes_ = bytes;
+  }
+  void FailDataSyncs(int error) {
+    absl::MutexLock lock(&mu_);
+    data_sync_error_ = error;
+  }
+  void FailRenames(int error) {
+    absl::MutexLock lock(&mu_);
+    rename_error_ = error;
+  }
+  int writes() const {
+    absl::MutexLock lock(&mu_);
+    return writes_;
+  }
+
+  ssize_t PWrite(int fd, const void* data, size_t size, off_t offset) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++writes_;
+      if (short_writes_ > 0) size = std::min(size, short_writes_);
+      if (write_error_ != 0) {
+        if (write_budget_ == 0) {
+          errno = write_error_;
+          return -1;
+        }
+        size = std::min(size, write_budget_);
+        write_budget_ -= size;
+      }
+    }
+    return FileSystem::PWrite(fd, data, size, offset);
+  }
+  int FDataSync(int fd) override {
+    absl::MutexLock lock(&mu_);
+    if (data_sync_error_ == 0) return FileSystem::FDataSync(fd);
+    errno = data_sync_error_;
+    return -1;
+  }
+  int Rename(const std::string& from, const std::string& to) override {
+    absl::MutexLock lock(&mu_);
+    if (rename_error_ == 0) return FileSystem::Rename(from, to);
+    errno = rename_error_;
+    return -1;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  size_t write_budget_ ABSL_GUARDED_BY(mu_) = 0;
+  int write_error_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t short_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  int data_sync_error_ ABSL_GUARDED_BY(mu_) = 0;
+  int rename_error_ ABSL_GUARDED_BY(mu_) = 0;
+  int writes_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 class JournalTest : public ::testing::Test {
  protected:
@@ -268,6 +342,86 @@ TEST_F(JournalTest, AFailedCompactionLeavesTheOldFileAndFailsWhatFollows) {
   EXPECT_FALSE(journal->Append({Removed("b")}).ok()) << "no longer says what the state is";
   journal.reset();
   std::filesystem::remove(Path() + ".new");
+  ASSERT_NE(Open(&replayed), nullptr);
+  EXPECT_EQ(Nodes(replayed.records), (std::vector<std::string>{"a"}));
+}
+
+TEST_F(JournalTest, AFullDiskFailsTheAppendAndEverythingAfterItAndKeepsWhatWasWhole) {
+  FaultyFiles files;
+  Replayed replayed;
+  std::unique_ptr<Journal> journal = Open(&replayed, JournalOptions{.files = &files});
+  ASSERT_NE(journal, nullptr);
+  ASSERT_TRUE(journal->SyncTo(*journal->Append({Removed("a")})).ok());
+  // Room for 5 bytes more: the next record is torn on disk.
+  files.FailWritesAfter(5, ENOSPC);
+  absl::StatusOr<uint64_t> full = journal->Append({Removed("b")});
+  ASSERT_FALSE(full.ok());
+  EXPECT_THAT(full.status().message(), HasSubstr(Path()));
+  EXPECT_THAT(full.status().message(), HasSubstr("No space left"));
+  // The journal no longer says what the state is: nothing more is taken,
+  // even once the disk has room again.
+  files.FailWritesAfter(0, 0);
+  EXPECT_EQ(journal->Append({Removed("c")}).status(), full.status());
+  EXPECT_EQ(journal->SyncTo(journal->written() + 1), full.status());
+  EXPECT_FALSE(journal->WantsCompaction());
+  journal.reset();
+  ASSERT_NE(Open(&replayed), nullptr);
+  EXPECT_EQ(Nodes(replayed.records), (std::vector<std::string>{"a"}));
+  EXPECT_THAT(replayed.dropped_why, HasSubstr("cut short"));
+  EXPECT_EQ(replayed.dropped_bytes, 5u);
+}
+
+TEST_F(JournalTest, ShortWritesAreWrittenOnUntilWhole) {
+  FaultyFiles files;
+  files.ShortWrites(3);
+  Replayed replayed;
+  std::unique_ptr<Journal> journal = Open(&replayed, JournalOptions{.files = &files});
+  ASSERT_NE(journal, nullptr);
+  const int before = files.writes();
+  for (const char* node : {"a", "b", "c"}) {
+    absl::StatusOr<uint64_t> position = journal->Append({Removed(node)});
+    ASSERT_TRUE(position.ok()) << position.status();
+    ASSERT_TRUE(journal->SyncTo(*position).ok());
+  }
+  EXPECT_GT(files.writes() - before, 3 * 5) << "each record took several writes";
+  journal.reset();
+  ASSERT_NE(Open(&replayed), nullptr);
+  EXPECT_EQ(Nodes(replayed.records), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_THAT(replayed.dropped_why, IsEmpty());
+}
+
+TEST_F(JournalTest, AFailedDataSyncIsNeverTakenForDurableAndFailsWhatFollows) {
+  FaultyFiles files;
+  Replayed replayed;
+  std::unique_ptr<Journal> journal = Open(&replayed, JournalOptions{.files = &files});
+  ASSERT_NE(journal, nullptr);
+  ASSERT_TRUE(journal->SyncTo(*journal->Append({Removed("a")})).ok());
+  absl::StatusOr<uint64_t> position = journal->Append({Removed("b")});
+  ASSERT_TRUE(position.ok());
+  // After a failed fdatasync the kernel may have dropped the dirty pages and
+  // cleared the error: a second fdatasync that succeeds proves nothing.
+  files.FailDataSyncs(EIO);
+  absl::Status synced = journal->SyncTo(*position);
+  ASSERT_FALSE(synced.ok());
+  EXPECT_THAT(synced.message(), HasSubstr("fdatasync " + Path()));
+  files.FailDataSyncs(0);
+  EXPECT_EQ(journal->SyncTo(*position), synced) << "a later sync must not report it durable";
+  EXPECT_EQ(journal->Append({Removed("c")}).status(), synced);
+  EXPECT_EQ(journal->Compact({Removed("snapshot")}), synced);
+}
+
+TEST_F(JournalTest, AFailedRenameLeavesTheOldFileWhole) {
+  FaultyFiles files;
+  Replayed replayed;
+  std::unique_ptr<Journal> journal = Open(&replayed, JournalOptions{.files = &files});
+  ASSERT_NE(journal, nullptr);
+  ASSERT_TRUE(journal->SyncTo(*journal->Append({Removed("a")})).ok());
+  files.FailRenames(EIO);
+  absl::Status compacted = journal->Compact({Removed("snapshot")});
+  EXPECT_FALSE(compacted.ok());
+  EXPECT_THAT(compacted.message(), HasSubstr("rename"));
+  EXPECT_FALSE(std::filesystem::exists(Path() + ".new")) << "the half-made file is removed";
+  journal.reset();
   ASSERT_NE(Open(&replayed), nullptr);
   EXPECT_EQ(Nodes(replayed.records), (std::vector<std::string>{"a"}));
 }
