@@ -1,4 +1,5 @@
-// Exit codes of muster (ARCHITECTURE.md, Agent); 128+N when ended by signal N.
+// Exit codes of muster (docs/ARCHITECTURE.md, "Where each rule lives"); 128+N when
+// ended by signal N.
 #ifndef MUSTER_AGENT_EXIT_CODES_H_
 #define MUSTER_AGENT_EXIT_CODES_H_
 

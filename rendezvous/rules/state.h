@@ -1,7 +1,7 @@
 // The rendezvous rules, as a pure state machine: no sockets, no clocks, no
 // threads. Every call takes the current time and returns what the server must
 // do (complete a pending join, push an event to a node) as Effects. The gRPC
-// service only translates; every rule of ARCHITECTURE.md lives here.
+// service only translates; every rendezvous rule (docs/ARCHITECTURE.md) lives here.
 //
 // Thread safety: none; the caller serializes all calls.
 #ifndef MUSTER_RENDEZVOUS_RULES_STATE_H_
