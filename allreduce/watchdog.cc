@@ -4,10 +4,12 @@
 
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
+
 namespace muster::allreduce {
 
-Watchdog::Watchdog(std::string who, absl::Duration limit)
-    : who_(std::move(who)), limit_(limit), thread_([this] { Watch(); }) {}
+Watchdog::Watchdog(std::string who, absl::Duration limit, Clock& clock)
+    : who_(std::move(who)), limit_(limit), clock_(clock), thread_([this] { Watch(); }) {}
 
 Watchdog::~Watchdog() {
   {
@@ -20,7 +22,7 @@ Watchdog::~Watchdog() {
 void Watchdog::Arm(std::string what) {
   absl::MutexLock lock(&mu_);
   what_ = std::move(what);
-  deadline_ = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(limit_);
+  deadline_ = clock_.Now() + limit_;
 }
 
 void Watchdog::Disarm() {
@@ -28,15 +30,24 @@ void Watchdog::Disarm() {
   what_.clear();
 }
 
+std::string Watchdog::Overdue() const {
+  absl::MutexLock lock(&mu_);
+  return OverdueLocked();
+}
+
+std::string Watchdog::OverdueLocked() const {
+  if (what_.empty() || clock_.Now() < deadline_) return "";
+  return absl::StrCat(who_, ": error: ", what_, " did not finish within ",
+                      absl::FormatDuration(limit_), "; a rank may have died or hung");
+}
+
 void Watchdog::Watch() {
   absl::MutexLock lock(&mu_);
   // Looks ten times a second: limits are seconds.
   while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(100))) {
-    if (!what_.empty() && std::chrono::steady_clock::now() >= deadline_) {
-      std::fprintf(stderr,
-                   "muster-allreduce: %s: error: %s did not finish within %s; a rank may have "
-                   "died or hung\n",
-                   who_.c_str(), what_.c_str(), absl::FormatDuration(limit_).c_str());
+    const std::string overdue = OverdueLocked();
+    if (!overdue.empty()) {
+      std::fprintf(stderr, "muster-allreduce: %s\n", overdue.c_str());
       std::fflush(stderr);
       _exit(1);  // the call cannot be interrupted; exiting frees the GPU and the sockets
     }

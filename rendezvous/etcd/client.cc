@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "common/backoff.h"
 #include "common/endpoint.h"
 #include "common/log.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
@@ -398,7 +399,7 @@ class Cluster {
   absl::StatusOr<Response> Call(absl::string_view what, Repeat repeat, bool authenticated,
                                 const Rpc<Response>& rpc, bool* maybe_applied = nullptr) {
     const absl::Time deadline = absl::Now() + options_.call_timeout;
-    absl::Duration backoff = kMinBackoff;
+    Backoff backoff(kMinBackoff, kMaxCallBackoff);
     int failures = 0;
     bool token_renewed = false;
     bool sent = false;
@@ -459,8 +460,7 @@ class Cluster {
                                       : status.error_message());
       if (++failures % size() == 0) {
         // Every member failed once more: give an election time to end.
-        absl::SleepFor(std::min(backoff, deadline - absl::Now()));
-        backoff = std::min(2 * backoff, kMaxCallBackoff);
+        absl::SleepFor(std::min(backoff.Next(), deadline - absl::Now()));
       }
     }
     return absl::UnavailableError(absl::StrCat(
@@ -840,7 +840,7 @@ class Watcher final : public EtcdWatch {
   int64_t next_revision_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Stream> stream_ ABSL_GUARDED_BY(mu_);
   uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Duration backoff_ ABSL_GUARDED_BY(mu_) = kMinBackoff;
+  Backoff backoff_ ABSL_GUARDED_BY(mu_){kMinBackoff, kMaxStreamBackoff};
   // Streams whose OnDone has not finished: the destructor waits for 0.
   int streams_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -967,7 +967,7 @@ bool Watcher::Response(Stream* stream, WatchResponse& response) {
     }
     if (response.created()) {
       stream->created = true;
-      backoff_ = kMinBackoff;
+      backoff_.Reset();
       // From now on: now is the revision the member was at.
       if (next_revision_ == 0) next_revision_ = response.header().revision() + 1;
     }
@@ -1046,8 +1046,7 @@ void Watcher::Retry(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     if (stopping_ || ended_) return;
-    delay = backoff_;
-    backoff_ = std::min(2 * backoff_, kMaxStreamBackoff);
+    delay = backoff_.Next();
   }
   timers_.Schedule(absl::Now() + delay, [this] { Open(); });
 }

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,12 +27,22 @@ using ::testing::Not;
 // A process to take stacks of: `sleep 30`, killed and reaped at the end.
 class Target {
  public:
+  // Returns once the child has exec'd sleep: the pipe's write end closes on
+  // exec (O_CLOEXEC), and the read sees its end.
   Target() {
+    int execd[2];
+    if (pipe2(execd, O_CLOEXEC) != 0) abort();
     pid_ = fork();
     if (pid_ == 0) {
+      close(execd[0]);
       execlp("sleep", "sleep", "30", nullptr);
       _exit(127);
     }
+    close(execd[1]);
+    char byte;
+    while (read(execd[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    close(execd[0]);
   }
   ~Target() {
     kill(pid_, SIGKILL);
@@ -207,8 +218,7 @@ TEST(CaptureStacksTest, AProcessInDStateForAMomentIsAttachedOnceItIsOut) {
 
 TEST(CaptureStacksTest, RealToolsShowWhereASleepingProcessIs) {
   if (system("command -v eu-stack > /dev/null") != 0) GTEST_SKIP() << "no eu-stack (elfutils)";
-  Target target;
-  usleep(100'000);  // exec'd
+  Target target;  // exec'd
   std::map<pid_t, std::string> stacks = CaptureStacks(
       {{target.pid(), StackToolsFor(target.pid(), "/nonexistent")}}, absl::Seconds(5), 1 << 20);
   EXPECT_THAT(stacks[target.pid()], HasSubstr("native frames (eu-stack):\nPID "));

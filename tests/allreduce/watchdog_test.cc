@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/time/clock.h"
+#include "common/clock.h"
 
 namespace muster::allreduce {
 namespace {
@@ -45,6 +46,37 @@ TEST(WatchdogTest, EachArmStartsTheClockAgain) {
         std::exit(0);
       },
       ::testing::ExitedWithCode(0), ::testing::Not(::testing::HasSubstr("did not finish")));
+}
+
+// The rule itself, on fake time: overdue once the armed step has taken its
+// limit, never while disarmed, and each Arm starts the limit again.
+TEST(WatchdogTest, AStepIsOverdueAtItsLimitOnTheClock) {
+  FakeClock clock;
+  Watchdog watchdog("rank 2", absl::Seconds(40), clock);
+  EXPECT_EQ(watchdog.Overdue(), "");
+  clock.Advance(absl::Hours(1));
+  EXPECT_EQ(watchdog.Overdue(), "") << "nothing is armed";
+  watchdog.Arm("joining the NCCL communicator");
+  clock.Advance(absl::Seconds(40) - absl::Nanoseconds(1));
+  EXPECT_EQ(watchdog.Overdue(), "");
+  clock.Advance(absl::Nanoseconds(1));
+  EXPECT_EQ(watchdog.Overdue(),
+            "rank 2: error: joining the NCCL communicator did not finish within 40s; a rank may "
+            "have died or hung");
+  watchdog.Disarm();
+  EXPECT_EQ(watchdog.Overdue(), "");
+}
+
+TEST(WatchdogTest, EachArmStartsTheLimitAgainOnTheClock) {
+  FakeClock clock;
+  Watchdog watchdog("rank 1", absl::Seconds(10), clock);
+  for (int i = 0; i < 5; ++i) {
+    watchdog.Arm("a step");
+    clock.Advance(absl::Seconds(9));  // 45 s in all, 9 s a step
+    EXPECT_EQ(watchdog.Overdue(), "") << "step " << i;
+  }
+  clock.Advance(absl::Seconds(1));
+  EXPECT_THAT(watchdog.Overdue(), ::testing::HasSubstr("a step did not finish within 10s"));
 }
 
 TEST(WatchdogDeathTest, AHungStepEndsTheProcessNamingIt) {

@@ -272,12 +272,15 @@ class Daemon(MusterdTest):
         self.assertIn(f"port {port} is in use", result.stderr)
 
     def test_sigterm_exits_0_and_pending_agents_fail_clearly(self):
-        musterd, port = self.start_musterd()
+        musterd, port = self.start_musterd("--event-log", self.path("events"))
         pending = [self.start_agent(f"p{n}", port, "never-full", "3", self.path("p"),
                                     "--rdzv-conf", "is_host=0") for n in range(2)]
-        created = lambda: "job 'never-full' created" in self.read("musterd.err")
-        self.assertTrue(wait_for(created, 15), self.read("musterd.err"))
-        time.sleep(0.5)  # let the second join arrive too
+
+        def both_joined():  # whole lines only: the log is written in batches
+            lines = self.read("events").split("\n")[:-1]
+            return [json.loads(line)["kind"] for line in lines].count("node_joined") == 2
+
+        self.assertTrue(wait_for(both_joined, 15), self.read("musterd.err"))
         started = time.monotonic()
         musterd.send_signal(signal.SIGTERM)
         code, log = self.finish(musterd, "musterd", timeout=10)

@@ -178,11 +178,25 @@ TEST_F(EtcdLeaderTest, AJoinWrittenTwiceIsAnsweredOnce) {
     }
   }
   Join("a", 1, 2);
-  // A wrong answer to it would come at once; give it the time to.
-  absl::SleepFor(absl::Milliseconds(500));
   Join("b", 1, 2);
   const rdzv::EtcdMail a = Assigned("a");
   EXPECT_EQ(a.join_seq(), 1);
+  // The leader takes the writes in their order, so a wrong answer to the
+  // second would be in a's outbox before the assignment; the watch delivers
+  // in that order too. Once it has delivered the assignment, it has
+  // delivered any wrong answer.
+  const auto assignment_seen = [&] {
+    absl::MutexLock lock(&seen_mu);
+    for (const rdzv::EtcdMail& mail : seen) {
+      if (mail.has_assignment()) return true;
+    }
+    return false;
+  };
+  for (const absl::Time seen_by = absl::Now() + kWait;
+       !assignment_seen() && absl::Now() < seen_by;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(assignment_seen()) << "a's watch never saw its assignment";
   watch.reset();
   {
     absl::MutexLock lock(&seen_mu);
