@@ -1,5 +1,6 @@
 #include "allreduce/data.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace muster::allreduce {
@@ -20,6 +21,23 @@ uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+#ifdef __FLT16_MANT_DIG__
+using Half = _Float16;
+#else
+// A half kept as its bits, added through float as the compilers do.
+struct Half {
+  uint16_t bits;
+  Half() = default;
+  explicit Half(float value) : bits(FloatToHalf(value)) {}
+  explicit operator float() const { return HalfToFloat(bits); }
+  Half& operator+=(Half other) {
+    bits = FloatToHalf(HalfToFloat(bits) + HalfToFloat(other.bits));
+    return *this;
+  }
+};
+static_assert(sizeof(Half) == 2);
+#endif
+
 template <typename T>
 void AddTyped(T* dst, const T* src, int64_t count) {
   for (int64_t i = 0; i < count; ++i) dst[i] += src[i];
@@ -31,6 +49,38 @@ int Modulus(int ranks) { return ranks <= 32 ? 8 : 2; }
 
 }  // namespace
 
+float HalfToFloat(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1fu;
+  const uint32_t mantissa = half & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  const uint32_t bits = exponent == 31 ? sign | 0x7f800000u | (mantissa << 13)  // inf, NaN
+                                       : sign | ((exponent + 112) << 23) | (mantissa << 13);
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+uint16_t FloatToHalf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  bits &= 0x7fffffffu;
+  if (bits > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (bits >= 0x477ff000u) return sign | 0x7c00u;  // 65520 and up round to inf
+  if (bits < 0x38800000u) {                        // below 2^-14: subnormal or zero
+    float magnitude;
+    std::memcpy(&magnitude, &bits, sizeof magnitude);
+    // In units of 2^-24 (exact: a power of two), rounded to nearest even.
+    return sign | static_cast<uint16_t>(std::nearbyint(magnitude * 16777216.0f));
+  }
+  bits += 0xfffu + ((bits >> 13) & 1u);  // to nearest even at the half's last bit
+  return sign | static_cast<uint16_t>((bits - 0x38000000u) >> 13);  // exponent 127 to 15
+}
+
 void AddInto(void* dst, const void* src, int64_t count, DataType type) {
   switch (type) {
     case DataType::kFloat:
@@ -40,7 +90,7 @@ void AddInto(void* dst, const void* src, int64_t count, DataType type) {
       AddTyped(static_cast<double*>(dst), static_cast<const double*>(src), count);
       break;
     case DataType::kHalf:
-      AddTyped(static_cast<_Float16*>(dst), static_cast<const _Float16*>(src), count);
+      AddTyped(static_cast<Half*>(dst), static_cast<const Half*>(src), count);
       break;
     case DataType::kBfloat16: {
       auto* d = static_cast<uint16_t*>(dst);
@@ -58,7 +108,7 @@ void Fill(void* data, int64_t count, DataType type, int rank, int ranks) {
     switch (type) {
       case DataType::kFloat: static_cast<float*>(data)[i] = v; break;
       case DataType::kDouble: static_cast<double*>(data)[i] = v; break;
-      case DataType::kHalf: static_cast<_Float16*>(data)[i] = static_cast<_Float16>(v); break;
+      case DataType::kHalf: static_cast<Half*>(data)[i] = static_cast<Half>(v); break;
       case DataType::kBfloat16: static_cast<uint16_t*>(data)[i] = FloatToBf16(v); break;
     }
   }
@@ -77,7 +127,7 @@ int64_t CountWrong(const void* data, int64_t count, DataType type, int ranks) {
     switch (type) {
       case DataType::kFloat: got = static_cast<const float*>(data)[i]; break;
       case DataType::kDouble: got = static_cast<const double*>(data)[i]; break;
-      case DataType::kHalf: got = static_cast<float>(static_cast<const _Float16*>(data)[i]); break;
+      case DataType::kHalf: got = static_cast<float>(static_cast<const Half*>(data)[i]); break;
       case DataType::kBfloat16: got = Bf16ToFloat(static_cast<const uint16_t*>(data)[i]); break;
     }
     if (got != expected[i % m]) ++wrong;

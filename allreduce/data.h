@@ -18,6 +18,12 @@ void Fill(void* data, int64_t count, DataType type, int rank, int ranks);
 // How many of `count` elements differ from the sum over `ranks` ranks.
 int64_t CountWrong(const void* data, int64_t count, DataType type, int ranks);
 
+// IEEE binary16 (half) from and to float, rounding to nearest even, for
+// compilers without _Float16 (Debian 12's clang, which builds the
+// thread-safety check): with it, half arithmetic is the compiler's.
+float HalfToFloat(uint16_t half);
+uint16_t FloatToHalf(float value);
+
 }  // namespace muster::allreduce
 
 #endif  // MUSTER_ALLREDUCE_DATA_H_

@@ -66,6 +66,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -86,6 +87,7 @@
 #include "rendezvous/etcd/client.h"
 #include "rendezvous/etcd/keys.h"
 #include "rendezvous/rules/protocol.h"
+#include "tests/support/etcd_test_cluster.h"
 
 namespace muster::etcd::scale {
 namespace {
@@ -103,79 +105,6 @@ constexpr absl::Duration kJoinTimeout = absl::Seconds(600);
 double MsBetween(SteadyClock::time_point start, SteadyClock::time_point end) {
   return std::chrono::duration<double, std::milli>(end - start).count();
 }
-
-// Runs `command` in a shell, bounded by `timeout` (coreutils' timeout);
-// its output (stdout and stderr), or an error that quotes it.
-absl::StatusOr<std::string> Shell(const std::string& command, int timeout_s) {
-  const std::string bounded =
-      absl::StrCat("timeout -k 5 ", timeout_s, " sh -c '", command, "' 2>&1");
-  FILE* pipe = ::popen(bounded.c_str(), "r");
-  if (pipe == nullptr) return absl::InternalError(absl::StrCat("popen: ", command));
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = ::fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  if (status != 0) {
-    return absl::InternalError(absl::StrCat(command, " exited ", status, ":\n", output));
-  }
-  return std::string(absl::StripAsciiWhitespace(output));
-}
-
-// A cluster of tests/etcd/cluster.sh in a directory of its own; stopped
-// (and the directory removed, unless kept) when dropped. Its watchdog stops
-// it if this process dies first.
-class OwnCluster {
- public:
-  static absl::StatusOr<std::unique_ptr<OwnCluster>> Start(bool keep) {
-    // This process adopts the members it outlives, to reap them after stop.
-    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-    char pattern[] = "/tmp/muster-etcd-scale-XXXXXX";
-    if (::mkdtemp(pattern) == nullptr) return absl::InternalError("mkdtemp failed");
-    auto cluster = std::unique_ptr<OwnCluster>(new OwnCluster(pattern, keep));
-    absl::StatusOr<std::string> started =
-        Shell(absl::StrCat("ETCD_CLUSTER_OWNER_PID=", ::getpid(), " ", MUSTER_ETCD_CLUSTER_SCRIPT,
-                           " start ", cluster->dir_),
-              120);
-    if (!started.ok()) return started.status();
-    cluster->endpoints_ = *started;
-    return cluster;
-  }
-
-  ~OwnCluster() {
-    absl::StatusOr<std::string> stopped =
-        Shell(absl::StrCat(MUSTER_ETCD_CLUSTER_SCRIPT, " stop ", dir_), 60);
-    if (!stopped.ok())
-      std::fprintf(stderr, "etcd_scale: %s\n", stopped.status().ToString().c_str());
-    for (int i = 0; i < 100 && ::waitpid(-1, nullptr, WNOHANG) > 0; ++i) {
-    }
-    if (keep_) {
-      std::fprintf(stderr, "etcd_scale: the cluster's logs are kept in %s\n", dir_.c_str());
-    } else {
-      std::error_code ignored;
-      std::filesystem::remove_all(dir_, ignored);
-    }
-  }
-
-  const std::string& endpoints() const { return endpoints_; }
-
-  // The members' pids, as the script wrote them.
-  std::vector<int> MemberPids() const {
-    std::vector<int> pids;
-    for (int n = 0; n < 3; ++n) {
-      std::ifstream file(absl::StrCat(dir_, "/m", n, ".pid"));
-      int pid = 0;
-      if (file >> pid) pids.push_back(pid);
-    }
-    return pids;
-  }
-
- private:
-  OwnCluster(std::string dir, bool keep) : dir_(std::move(dir)), keep_(keep) {}
-  const std::string dir_;
-  const bool keep_;
-  std::string endpoints_;
-};
 
 // What etcd (and this process) did, as counters read at one moment.
 struct Counters {
@@ -220,7 +149,7 @@ Counters ReadCounters(const std::vector<std::string>& endpoints, const std::vect
         absl::StrCat("curl -s --max-time 2 http://", endpoint,
                      "/metrics | grep -E \"^etcd_(disk_wal_fsync_duration_seconds_(sum|count)|"
                      "server_proposals_committed_total) \""),
-        5);
+        absl::Seconds(5));
     if (!text.ok()) {
       counters.metrics = false;
       continue;
@@ -901,16 +830,25 @@ struct Plan {
 int RunPlan(const Plan& plan) {
   EnterReleaseMode();
   SetLogLevel(plan.verbose ? spdlog::level::info : spdlog::level::warn);
-  std::unique_ptr<OwnCluster> cluster;
+  // Stopped when RunPlan returns, its logs kept with --keep-logs.
+  std::unique_ptr<TestCluster> cluster;
+  absl::Cleanup stop = [&] {
+    if (cluster == nullptr) return;
+    if (absl::Status stopped = cluster->Stop(plan.keep_logs); !stopped.ok()) {
+      std::fprintf(stderr, "etcd_scale: %s\n", stopped.ToString().c_str());
+    }
+  };
   std::string endpoint_text = plan.endpoints;
   if (endpoint_text.empty()) {
-    absl::StatusOr<std::unique_ptr<OwnCluster>> started = OwnCluster::Start(plan.keep_logs);
-    if (!started.ok()) {
-      std::fprintf(stderr, "etcd_scale: %s\n", started.status().ToString().c_str());
+    cluster = std::make_unique<TestCluster>();
+    cluster->Start();
+    if (!cluster->skip().empty() || !cluster->status().ok()) {
+      std::fprintf(stderr, "etcd_scale: %s\n",
+                   !cluster->skip().empty() ? cluster->skip().c_str()
+                                            : cluster->status().ToString().c_str());
       return 1;
     }
-    cluster = *std::move(started);
-    endpoint_text = cluster->endpoints();
+    endpoint_text = absl::StrJoin(cluster->endpoints(), ",");
   }
   absl::StatusOr<EtcdEndpoints> endpoints = ParseEtcdEndpoints(endpoint_text);
   if (!endpoints.ok()) {

@@ -318,21 +318,21 @@ absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const HeartbeatRequest& request
 }
 
 absl::Status RendezvousHub::ReportFailure(const ReportFailureRequest& request) {
-  return Mutate([&](Effects* effects) {
+  return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state_.ReportFailure({request.job_id(), request.node_id()}, request.node_secret(),
                                 request.round(), request.failure(), clock_.Now(), effects);
   });
 }
 
 absl::Status RendezvousHub::ReportDone(const ReportDoneRequest& request) {
-  return Mutate([&](Effects* effects) {
+  return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state_.ReportDone({request.job_id(), request.node_id()}, request.node_secret(),
                              request.round(), clock_.Now(), effects);
   });
 }
 
 absl::Status RendezvousHub::Leave(const LeaveRequest& request) {
-  return Mutate([&](Effects* effects) {
+  return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state_.Leave({request.job_id(), request.node_id()}, request.node_secret(),
                         request.reason(), clock_.Now(), effects);
   });
@@ -356,8 +356,9 @@ ListJobsResponse RendezvousHub::ListJobs(const std::string& prefix) {
 }
 
 absl::Status RendezvousHub::Stop(const std::string& job_id, const std::string& reason) {
-  return Mutate(
-      [&](Effects* effects) { return state_.Stop(job_id, reason, clock_.Now(), effects); });
+  return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_.Stop(job_id, reason, clock_.Now(), effects);
+  });
 }
 
 absl::Status RendezvousHub::ObserveJob(const std::string& job_id, uint64_t ticket,

@@ -199,7 +199,9 @@ class RendezvousHub {
   // After MarkJournalFailed, outside the lock: tells the owner (once) and
   // shuts the hub down, keeping the jobs as far as they were written.
   void OnJournalFailed();
-  // Runs `change` on the state under mu_, then delivers its effects.
+  // Runs `change` on the state under mu_, then delivers its effects. Its
+  // lambdas say they hold mu_ (ABSL_EXCLUSIVE_LOCKS_REQUIRED), for clang's
+  // -Wthread-safety, which cannot see through the std::function.
   absl::Status Mutate(const std::function<absl::Status(Effects*)>& change);
   void TimerLoop();
 

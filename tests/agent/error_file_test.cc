@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster {
 namespace {
@@ -135,20 +136,14 @@ TEST(ParseErrorJsonTest, MalformedJsonIsInvalidArgument) {
 
 class ReadErrorFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string templ =
-        (std::filesystem::temp_directory_path() / "error_file_test.XXXXXX").string();
-    dir_ = ::mkdtemp(templ.data());
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   std::string Write(const std::string& name, const std::string& contents) {
-    const std::string path = dir_ + "/" + name;
-    std::ofstream(path, std::ios::binary) << contents;
+    const std::string path = temp_.Path(name);
+    EXPECT_TRUE(support::WriteFile(path, contents));
     return path;
   }
 
-  std::string dir_;
+  support::TempDir temp_{"error_file_test"};
+  const std::string dir_ = temp_.path();
 };
 
 TEST_F(ReadErrorFileTest, ReadsAFile) {

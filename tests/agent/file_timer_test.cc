@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster {
 namespace {
@@ -166,17 +167,8 @@ TEST(FileTimersTest, AnExitedWorkersTimersAreForgotten) {
 
 class TimerPipeTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/timer-pipe-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    setenv("TMPDIR", dir_.c_str(), 1);
-  }
-  void TearDown() override {
-    unsetenv("TMPDIR");
-    std::string command = "rm -rf " + dir_;
-    ASSERT_EQ(std::system(command.c_str()), 0);
-  }
+  void SetUp() override { setenv("TMPDIR", dir_.c_str(), 1); }
+  void TearDown() override { unsetenv("TMPDIR"); }
 
   // Writes as torch's client does: open non-blocking, write, close.
   static void Write(const std::string& path, const std::string& bytes) {
@@ -192,7 +184,8 @@ class TimerPipeTest : public ::testing::Test {
     return lines;
   }
 
-  std::string dir_;
+  support::TempDir temp_{"timer-pipe-test"};
+  const std::string dir_ = temp_.path();
 };
 
 TEST_F(TimerPipeTest, OwnPipeIsPrivateAndGoesAwayWithIt) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster {
 namespace {
@@ -22,11 +23,6 @@ using ::testing::IsEmpty;
 // A sysfs tree of a host that is not this one, in a temporary directory.
 class FakeSysfs {
  public:
-  FakeSysfs() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "numa_test.XXXXXX").string();
-    root_ = ::mkdtemp(pattern.data());
-  }
-  ~FakeSysfs() { std::filesystem::remove_all(root_); }
   const std::string& root() const { return root_; }
 
   void Gpu(const std::string& address, int node, const std::string& pci_class = "0x030200") {
@@ -69,7 +65,8 @@ class FakeSysfs {
     std::filesystem::create_directories(full.parent_path());
     std::ofstream(full) << text << "\n";
   }
-  std::string root_;
+  support::TempDir temp_{"numa_test"};
+  const std::string root_ = temp_.path();
 };
 
 std::set<int> Cpus(int first, int count) {

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster {
 namespace {
@@ -111,19 +112,12 @@ std::string ReadNow(int fd) {
   return out;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+using support::ReadFile;
 
 class WorkerGroupTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir[] = "/tmp/worker_group_test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    run_dir_ = dir;
+    run_dir_ = dir_.path();
     int fds[2];
     ASSERT_EQ(pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0);
     console_read_.reset(fds[0]);
@@ -135,10 +129,7 @@ class WorkerGroupTest : public ::testing::Test {
     config_.script_args = {"--lr", "0.1"};
     config_.rdzv_id = "job7";
   }
-  void TearDown() override {
-    group_.reset();
-    std::filesystem::remove_all(run_dir_);
-  }
+  void TearDown() override { group_.reset(); }
 
   WorkerGroup& Group(int nproc) {
     WorkerGroupOptions options;
@@ -169,6 +160,7 @@ class WorkerGroupTest : public ::testing::Test {
   FakeRunner runner_;
   std::vector<std::string> base_env_ = {"PATH=/opt/bin", "KEEP=me", "RANK=stale"};
   LaunchConfig config_;
+  support::TempDir dir_{"worker_group_test"};
   std::string run_dir_;
   UniqueFd console_read_, console_write_;
   std::unique_ptr<EventLoop> loop_;

@@ -1,6 +1,9 @@
 #include "allreduce/data.h"
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -55,10 +58,47 @@ TEST(DataTest, HalfAndBfloat16AddWithRounding) {
   uint16_t c = 0x3f80, d = 0x3f80;  // 1 + 1 = 2
   AddInto(&c, &d, 1, DataType::kBfloat16);
   EXPECT_EQ(c, 0x4000);
-  _Float16 h = static_cast<_Float16>(1.5f), k = static_cast<_Float16>(2.25f);
+  uint16_t h = FloatToHalf(1.5f), k = FloatToHalf(2.25f);
   AddInto(&h, &k, 1, DataType::kHalf);
-  EXPECT_EQ(static_cast<float>(h), 3.75f);
+  EXPECT_EQ(HalfToFloat(h), 3.75f);
 }
+
+#ifdef __FLT16_MANT_DIG__
+// The conversions of compilers without _Float16 agree with this one's.
+TEST(DataTest, HalfConversionsAgreeWithTheCompilersFloat16) {
+  for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
+    _Float16 native;
+    const auto half = static_cast<uint16_t>(bits);
+    std::memcpy(&native, &half, sizeof half);
+    const float expected = static_cast<float>(native);
+    const float got = HalfToFloat(half);
+    if (std::isnan(expected)) {
+      EXPECT_TRUE(std::isnan(got)) << bits;
+    } else {
+      EXPECT_EQ(std::memcmp(&got, &expected, sizeof got), 0) << bits << ": " << got;
+    }
+  }
+  // Every float from 0 to past the largest half, in steps that hit each
+  // half, the points halfway between two and their neighbours; both signs.
+  uint32_t checked = 0;
+  for (uint32_t bits = 0; bits < 0x47900000u; bits += 0x3ffu, ++checked) {
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      for (uint32_t near : {bits, bits | 0xfffu, bits | 0x1000u, (bits | 0x1000u) + 1}) {
+        float value;
+        const uint32_t v = near | sign;
+        std::memcpy(&value, &v, sizeof value);
+        const _Float16 native = static_cast<_Float16>(value);
+        uint16_t expected;
+        std::memcpy(&expected, &native, sizeof expected);
+        ASSERT_EQ(FloatToHalf(value), expected) << std::hex << v;
+      }
+    }
+  }
+  EXPECT_GT(checked, 1'000'000u);
+  EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::infinity()), 0x7c00u);
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
+}
+#endif
 
 }  // namespace
 }  // namespace muster::allreduce

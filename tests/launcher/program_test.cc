@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster {
 namespace {
@@ -22,13 +23,9 @@ using ::testing::HasSubstr;
 class ResolveProgramTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = std::filesystem::temp_directory_path() / "muster-program-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
     std::filesystem::create_directories(bin());
     std::filesystem::create_directories(self());
   }
-  void TearDown() override { std::filesystem::remove_all(root_); }
 
   std::string bin() const { return root_ + "/bin"; }
   std::string self() const { return root_ + "/self"; }
@@ -72,7 +69,8 @@ class ResolveProgramTest : public ::testing::Test {
     return std::string(program.status().message());
   }
 
-  std::string root_;
+  support::TempDir temp_{"muster-program"};
+  const std::string root_ = temp_.path();
 };
 
 TEST_F(ResolveProgramTest, PythonScriptRunsUnderPython3FromPath) {

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "rendezvous/auth/munge.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster::rdzv {
 
@@ -70,10 +71,7 @@ class PrivateMunged {
 
   bool started() const { return started_ && MungeSocketPresent({socket()}); }
   std::string socket() const { return dir_ + "/munge.sock"; }
-  std::string error() const {
-    std::ifstream err(dir_ + "/munged.err");
-    return std::string(std::istreambuf_iterator<char>(err), {});
-  }
+  std::string error() const { return support::ReadFile(dir_ + "/munged.err"); }
 
  private:
   std::string dir_;
@@ -86,22 +84,16 @@ class PrivateMungedTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::access(kMunged, X_OK) != 0) GTEST_SKIP() << kMunged << " is not installed (munge)";
-    char pattern[] = "/tmp/muster-munge-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
     ::chmod(dir_.c_str(), 0755);  // nobody reaches the socket below it
     munged_ = std::make_unique<PrivateMunged>(dir_ + "/m");
     ASSERT_TRUE(munged_->started()) << "munged did not start: " << munged_->error();
   }
-  void TearDown() override {
-    munged_.reset();
-    std::error_code ignored;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
-  }
+  void TearDown() override { munged_.reset(); }
   // Whether SetUp got a munged running (else the test is skipped or failed).
   bool Ready() const { return !IsSkipped() && !HasFatalFailure(); }
 
-  std::string dir_;
+  support::TempDir temp_{"muster-munge"};
+  const std::string dir_ = temp_.path();
   std::unique_ptr<PrivateMunged> munged_;
 };
 

@@ -17,6 +17,7 @@
 #include "rendezvous/server/hub.h"
 #include "rendezvous/server/service.h"
 #include "tests/support/certificates.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster::rdzv {
 namespace {
@@ -25,16 +26,11 @@ class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::access(kOpenssl, X_OK) != 0) GTEST_SKIP() << kOpenssl << " is not installed";
-    char pattern[] = "/tmp/muster-tls-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
     ASSERT_TRUE(MakeCertificates(dir_)) << "openssl failed; see " << dir_ << "/openssl.log";
   }
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now());
     if (hub_) hub_->Shutdown();
-    std::error_code ignored;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
   }
   std::string File(const std::string& name) const { return dir_ + "/" + name; }
 
@@ -64,7 +60,8 @@ class TlsTest : public ::testing::Test {
     return stub->Status(&context, request, &response).error_code();
   }
 
-  std::string dir_;
+  support::TempDir temp_{"muster-tls"};
+  const std::string dir_ = temp_.path();
   std::shared_ptr<RendezvousHub> hub_;
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/status/status.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster::rdzv {
 namespace {
@@ -23,25 +24,16 @@ constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
 
 class TokenFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "/token-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::string command = "rm -rf '" + dir_ + "'";
-    ASSERT_EQ(std::system(command.c_str()), 0);
-  }
-
   // A file holding `contents`, with `mode`.
   std::string Write(const std::string& name, const std::string& contents, mode_t mode = 0600) {
-    const std::string path = dir_ + "/" + name;
-    std::ofstream(path, std::ios::binary) << contents;
+    const std::string path = temp_.Path(name);
+    EXPECT_TRUE(support::WriteFile(path, contents));
     EXPECT_EQ(chmod(path.c_str(), mode), 0);
     return path;
   }
 
-  std::string dir_;
+  support::TempDir temp_{"token-test"};
+  const std::string dir_ = temp_.path();
 };
 
 TEST_F(TokenFileTest, OneLineWithItsNewlineStrippedIsTheToken) {

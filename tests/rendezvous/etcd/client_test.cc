@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "tests/support/certificates.h"
 #include "tests/support/etcd_cluster.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster::etcd {
 namespace {
@@ -487,18 +488,17 @@ class EtcdClientTlsTest : public ::testing::Test {
       skip_ = absl::StrCat(rdzv::kOpenssl, " is not installed");
       return;
     }
-    char pattern[] = "/tmp/muster-etcd-tls-XXXXXX";
-    if (::mkdtemp(pattern) == nullptr || !rdzv::MakeCertificates(pattern)) {
+    certificates_dir_ = std::make_unique<support::TempDir>("muster-etcd-tls");
+    certificates_ = certificates_dir_->path();
+    if (!rdzv::MakeCertificates(certificates_)) {
       skip_ = "openssl could not make the test certificates";
       return;
     }
-    certificates_ = pattern;
     cluster_.Start(certificates_);
   }
   static void TearDownTestSuite() {
-    cluster_.Stop(SuiteFailed());
-    std::error_code ignored;
-    if (!certificates_.empty()) std::filesystem::remove_all(certificates_, ignored);
+    EXPECT_TRUE(cluster_.Stop(SuiteFailed()).ok());
+    certificates_dir_.reset();
   }
 
   void SetUp() override {
@@ -519,6 +519,7 @@ class EtcdClientTlsTest : public ::testing::Test {
   }
 
   static inline std::string skip_;
+  static inline std::unique_ptr<support::TempDir> certificates_dir_;
   static inline std::string certificates_;
   static inline TestCluster cluster_;
 };

@@ -22,6 +22,7 @@
 #include "rendezvous/server/journal.h"
 #include "tests/rendezvous/server/fake_time_hub.h"
 #include "tests/rendezvous/server/pending.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster::rdzv {
 namespace {
@@ -272,15 +273,7 @@ TEST(HubRealClockTest, TheTimerThreadRunsADeadlineWhenTheRealClockReachesIt) {
 
 class HubJournalTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/hub-journal-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    hub_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { hub_.reset(); }
 
   // A hub on the journal in dir_, started from what it holds: musterd's start.
   void StartHub(JournalOptions journal_options = {}) {
@@ -304,7 +297,8 @@ class HubJournalTest : public ::testing::Test {
     return join;
   }
 
-  std::string dir_;
+  support::TempDir temp_{"hub-journal"};
+  const std::string dir_ = temp_.path();
   FakeClock clock_;
   std::unique_ptr<RendezvousHub> hub_;
   std::vector<absl::Status> failures_;

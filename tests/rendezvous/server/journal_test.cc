@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/file_system.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster::rdzv {
 namespace {
@@ -116,14 +117,6 @@ class FaultyFiles : public FileSystem {
 
 class JournalTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/journal-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
-    dir_ = root_ + "/state";
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-
   std::unique_ptr<Journal> Open(Replayed* replayed, JournalOptions options = {}) {
     absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(dir_, replayed, options);
     EXPECT_TRUE(journal.ok()) << journal.status();
@@ -144,16 +137,13 @@ class JournalTest : public ::testing::Test {
 
   std::string Path() const { return dir_ + "/journal"; }
   uint64_t Size() const { return std::filesystem::file_size(Path()); }
-  std::string Contents() const {
-    std::ifstream in(Path(), std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string Contents() const { return support::ReadFile(Path()); }
   void SetContents(const std::string& contents) const {
-    std::ofstream(Path(), std::ios::binary | std::ios::trunc) << contents;
+    EXPECT_TRUE(support::WriteFile(Path(), contents));
   }
 
-  std::string root_;
-  std::string dir_;
+  support::TempDir root_{"journal-test"};
+  const std::string dir_ = root_.Path("state");
 };
 
 TEST_F(JournalTest, ANewDirectoryAndJournalAreForThisUserOnly) {

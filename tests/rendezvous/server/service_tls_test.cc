@@ -22,6 +22,7 @@
 #include "rendezvous/server/service.h"
 #include "tests/rendezvous/server/requests.h"
 #include "tests/support/certificates.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster::rdzv {
 namespace {
@@ -42,15 +43,10 @@ class ServiceTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::access(kOpenssl, X_OK) != 0) GTEST_SKIP() << kOpenssl << " is not installed";
-    char pattern[] = "/tmp/muster-service-tls-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
     ASSERT_TRUE(MakeCertificates(dir_)) << "openssl failed; see " << dir_ << "/openssl.log";
   }
   void TearDown() override {
     if (server_) server_->Shutdown(absl::ZeroDuration());
-    std::error_code ignored;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
   }
   std::string File(const std::string& name) const { return dir_ + "/" + name; }
 
@@ -76,7 +72,8 @@ class ServiceTlsTest : public ::testing::Test {
     return {File("ca.pem"), File("client.pem"), File("client.key")};
   }
 
-  std::string dir_;
+  support::TempDir temp_{"muster-service-tls"};
+  const std::string dir_ = temp_.path();
   std::unique_ptr<RendezvousServer> server_;
   std::string target_;
 };
