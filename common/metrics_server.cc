@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/constant_time.h"
 
 namespace muster {
 
@@ -60,6 +61,18 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
 }
 
 MetricsServer::~MetricsServer() = default;
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const MetricsEndpoint& endpoint) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> started =
+      Start(endpoint.listen, endpoint.port, endpoint.listen_option, endpoint.port_option);
+  if (!started.ok() || endpoint.password.empty()) return started;
+  (*started)->RequireAuth(
+      [password = endpoint.password](const std::string&, const std::string& given) {
+        return ConstantTimeEquals(given, password);
+      });
+  return started;
+}
 
 void MetricsServer::LeaveToExit(std::unique_ptr<MetricsServer> server) {
   // Never destroyed: a static's destructor would wait the 2 s at exit.

@@ -20,8 +20,24 @@ class Exposer;
 
 namespace muster {
 
+// Where and how a metrics endpoint serves: musterd's --metrics-* flags, an
+// agent's --rdzv-conf metrics_*.
+struct MetricsEndpoint {
+  std::string listen;
+  int port = 0;
+  // HTTP basic auth with any user name and this password; empty: none.
+  std::string password;
+  // The settings' names, for messages ("--metrics-listen", "--metrics-port").
+  std::string listen_option;
+  std::string port_option;
+};
+
 class MetricsServer {
  public:
+  // Start(listen, port, ...) below, asking every scrape for the password
+  // when there is one (compared in constant time).
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const MetricsEndpoint& endpoint);
+
   // Listens on listen:port (an IP address; IPv6 only where civetweb was
   // built with it, which Debian's is not; port 0 picks one).
   // `listen_option` and `port_option` name the settings in messages

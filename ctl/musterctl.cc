@@ -20,7 +20,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -30,6 +29,7 @@
 #include "common/endpoint.h"
 #include "common/json.h"
 #include "common/release_mode.h"
+#include "ctl/flags.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/auth/munge.h"
@@ -40,12 +40,8 @@
 #include "rendezvous/rules/job_events.h"
 #include "rendezvous/rules/protocol.h"
 
-namespace muster {
+namespace muster::ctl {
 namespace {
-
-constexpr int kExitYes = 0;
-constexpr int kExitNo = 1;
-constexpr int kExitUsage = 2;
 
 int Usage(absl::string_view message) {
   std::fprintf(stderr, "musterctl: error: %.*s\n", static_cast<int>(message.size()),
@@ -58,32 +54,6 @@ int No(absl::string_view message) {
   return kExitNo;
 }
 
-// How to reach the server: its endpoint, and TLS when a CA is given.
-struct Target {
-  std::string endpoint;
-  rdzv::TlsFiles tls;
-  std::string timeout = "5";
-};
-
-void AddTargetOptions(CLI::App* command, Target& target) {
-  command
-      ->add_option("--endpoint", target.endpoint,
-                   "the rendezvous, HOST[:PORT] (port 29400 if omitted), as agents' "
-                   "--rdzv-endpoint names it")
-      ->type_name("HOST:PORT")
-      ->required();
-  command
-      ->add_option("--cacert", target.tls.cacert,
-                   "TLS: check the server's certificate against this authority (PEM)")
-      ->type_name("PATH");
-  command->add_option("--cert", target.tls.cert, "TLS: this client's certificate, with --key")
-      ->type_name("PATH");
-  command->add_option("--key", target.tls.key, "TLS: the private key of --cert")->type_name("PATH");
-  command->add_option("--timeout", target.timeout, "seconds to wait for an answer")
-      ->type_name("SECONDS")
-      ->capture_default_str();
-}
-
 // The largest answer musterctl takes (a status, a list of jobs).
 constexpr int kMaxAnswerBytes = 256 << 20;
 
@@ -93,35 +63,24 @@ struct Connection {
   absl::Duration timeout;
 };
 
-// The channel to the target, or a usage error's message.
-absl::StatusOr<Connection> Connect(const Target& target) {
-  absl::StatusOr<Endpoint> endpoint =
-      ParseEndpoint(target.endpoint, rdzv::kDefaultRdzvPort, "--endpoint");
-  if (!endpoint.ok()) return endpoint.status();
-  double seconds = 0;
-  if (!absl::SimpleAtod(target.timeout, &seconds) || !(seconds > 0) || seconds > 3600) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--timeout ", target.timeout, ": give seconds above 0, e.g. 5"));
-  }
+// The channel to the server, or a usage error's message (TLS files that
+// cannot be used).
+absl::StatusOr<Connection> Connect(const Config& config) {
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!target.tls.empty()) {
-    if (target.tls.cacert.empty()) {
-      return absl::InvalidArgumentError(
-          "--cert and --key need --cacert, the authority that signed the server's certificate");
-    }
+  if (!config.tls.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls =
-        rdzv::ClientTlsCredentials(target.tls);
+        rdzv::ClientTlsCredentials(config.tls);
     if (!tls.ok()) return tls.status();
     credentials = *std::move(tls);
   }
   Connection out;
-  out.endpoint = FormatEndpoint(*endpoint);
+  out.endpoint = config.endpoint;
   // A status of 10,000 nodes with long ids is several MiB, past gRPC's
   // default of 4 MiB for what a client takes.
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxAnswerBytes);
   out.channel = grpc::CreateCustomChannel(out.endpoint, credentials, args);
-  out.timeout = absl::Seconds(seconds);
+  out.timeout = config.timeout;
   return out;
 }
 
@@ -158,28 +117,6 @@ int Health(const Connection& connection, const std::string& service) {
                                  : "not reachable",
                              ")"));
   }
-}
-
-// The job's credential, given as its agents give it.
-struct Auth {
-  std::string token_file;  // --token-file, else MUSTER_TOKEN_FILE
-  bool munge = false;
-  std::string munge_socket;
-};
-
-void AddAuthOptions(CLI::App* command, Auth& auth) {
-  command
-      ->add_option("--token-file", auth.token_file,
-                   "the job's token file, as its agents' --rdzv-conf token_file= (default: "
-                   "MUSTER_TOKEN_FILE)")
-      ->type_name("PATH");
-  CLI::Option* munge =
-      command->add_flag("--munge", auth.munge,
-                        "carry a munge credential (a musterd --munge; the default inside a "
-                        "Slurm allocation whose host runs munged)");
-  command->add_option("--munge-socket", auth.munge_socket, "munged's socket")
-      ->type_name("PATH")
-      ->needs(munge);
 }
 
 // A client of the rendezvous service that carries the job's credential.
@@ -529,109 +466,35 @@ int Stop(const Operator& op, const std::string& job_id, const std::string& reaso
   return kExitYes;
 }
 
+int Run(const Config& config) {
+  absl::StatusOr<Connection> connection = Connect(config);
+  if (!connection.ok()) return Usage(connection.status().message());
+  if (config.command == Command::kHealth) return Health(*connection, config.service);
+  absl::StatusOr<Operator> op = Operator::Create(*connection, config.auth);
+  if (!op.ok()) return Usage(op.status().message());
+  switch (config.command) {
+    case Command::kStatus: return Status(*op, config.job, config.json);
+    case Command::kWatch: return Watch(*op, config.job, config.json);
+    case Command::kStop: return Stop(*op, config.job, config.reason);
+    case Command::kHealth: break;
+  }
+  return kExitUsage;
+}
+
 int Main(int argc, char** argv) {
-  CLI::App app(
-      "musterctl: an operator's view of a muster rendezvous (musterd, or an agent hosting "
-      "one).",
-      "musterctl");
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("musterctl ") + MUSTER_VERSION);
-  app.footer(
-      "Exit status: 0 yes, 1 no (the job is not there, or failed; health: not SERVING; not "
-      "reachable; refused), 2 usage.\n");
-
-  Target status_target;
-  Auth status_auth;
-  std::string status_job;
-  bool status_json = false;
-  CLI::App* status = app.add_subcommand(
-      "status",
-      "every job the server holds (state, round, nodes, restarts, age), or one JOB with its "
-      "nodes and last failures; exits 1 for a job that failed");
-  AddTargetOptions(status, status_target);
-  AddAuthOptions(status, status_auth);
-  status->add_option("job", status_job, "the job's --rdzv-id")->type_name("JOB");
-  status->add_flag("--json", status_json, "one JSON object (its schema: README.md)");
-
-  Target watch_target;
-  Auth watch_auth;
-  std::string watch_job;
-  bool watch_json = false;
-  CLI::App* watch = app.add_subcommand(
-      "watch",
-      "the job's events as they happen, starting with its last ones: node joined or lost, "
-      "round started, worker failed, job closed; ends when the job closes (exit 0 if it "
-      "succeeded, else 1)");
-  AddTargetOptions(watch, watch_target);
-  AddAuthOptions(watch, watch_auth);
-  watch->add_option("job", watch_job, "the job's --rdzv-id")->type_name("JOB")->required();
-  watch->add_flag("--json", watch_json,
-                  "one JSON object a line, as musterd --event-log writes them");
-
-  Target stop_target;
-  Auth stop_auth;
-  std::string stop_job, stop_reason;
-  CLI::App* stop = app.add_subcommand(
-      "stop",
-      "close the job: every agent stops its workers (with their grace period) and exits 1, "
-      "saying it was stopped and why");
-  AddTargetOptions(stop, stop_target);
-  AddAuthOptions(stop, stop_auth);
-  stop->add_option("job", stop_job, "the job's --rdzv-id")->type_name("JOB")->required();
-  stop->add_option("--reason", stop_reason, "why, for every agent's last line (256 bytes kept)")
-      ->type_name("TEXT");
-
-  Target health_target;
-  std::string service;
-  CLI::App* health = app.add_subcommand(
-      "health",
-      "gRPC's health check (grpc.health.v1) of the server; needs no credential. Prints "
-      "SERVING, or NOT_SERVING while a musterd drains after a stop signal (musterd --drain)");
-  AddTargetOptions(health, health_target);
-  health->add_option("--service", service, "a service's health instead of the server's")
-      ->type_name("NAME");
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
+  absl::StatusOr<ParsedFlags> parsed = ParseFlags(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed.ok()) return Usage(parsed.status().message());
+  if (parsed->print) {
+    std::fputs(parsed->print->c_str(), stdout);
     return kExitYes;
-  } catch (const CLI::CallForVersion& version) {
-    std::printf("%s\n", version.what());
-    return kExitYes;
-  } catch (const CLI::ParseError& error) {
-    return Usage(absl::StrCat(error.what(), "; see musterctl --help"));
   }
-
-  struct Operation {
-    CLI::App* command;
-    const Target* target;
-    const Auth* auth;
-  };
-  for (const Operation& operation :
-       {Operation{status, &status_target, &status_auth},
-        Operation{watch, &watch_target, &watch_auth}, Operation{stop, &stop_target, &stop_auth}}) {
-    if (!operation.command->parsed()) continue;
-    absl::StatusOr<Connection> connection = Connect(*operation.target);
-    if (!connection.ok()) return Usage(connection.status().message());
-    absl::StatusOr<Operator> op = Operator::Create(*connection, *operation.auth);
-    if (!op.ok()) return Usage(op.status().message());
-    if (operation.command == status) return Status(*op, status_job, status_json);
-    if (operation.command == watch) return Watch(*op, watch_job, watch_json);
-    return Stop(*op, stop_job, stop_reason);
-  }
-  if (health->parsed()) {
-    absl::StatusOr<Connection> connection = Connect(health_target);
-    if (!connection.ok()) return Usage(connection.status().message());
-    return Health(*connection, service);
-  }
-  return Usage("give a command; see musterctl --help");
+  return Run(parsed->config);
 }
 
 }  // namespace
-}  // namespace muster
+}  // namespace muster::ctl
 
 int main(int argc, char** argv) {
   muster::EnterReleaseMode();
-  return muster::rdzv::FinishGrpc(muster::Main(argc, argv));
+  return muster::rdzv::FinishGrpc(muster::ctl::Main(argc, argv));
 }

@@ -22,7 +22,6 @@
 #include "agent/agent.h"
 #include "agent/child_process.h"
 #include "agent/worker_env.h"
-#include "common/constant_time.h"
 #include "common/endpoint.h"
 #include "common/event_log.h"
 #include "common/log.h"
@@ -414,15 +413,13 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
     metrics_auth = rdzv::DescribeMetricsAuth(config.rdzv_conf.metrics_password_file, *password,
                                              "metrics_password_file");
     absl::StatusOr<std::unique_ptr<MetricsServer>> started =
-        MetricsServer::Start(config.rdzv_conf.metrics_listen, *config.rdzv_conf.metrics_port,
-                             "--rdzv-conf metrics_listen", "--rdzv-conf metrics_port");
+        MetricsServer::Start({.listen = config.rdzv_conf.metrics_listen,
+                              .port = *config.rdzv_conf.metrics_port,
+                              .password = *password,
+                              .listen_option = "--rdzv-conf metrics_listen",
+                              .port_option = "--rdzv-conf metrics_port"});
     if (!started.ok()) return started.status();
     metrics = *std::move(started);
-    if (!password->empty()) {
-      metrics->RequireAuth([password = *password](const std::string&, const std::string& given) {
-        return ConstantTimeEquals(given, password);
-      });
-    }
     agent_metrics = std::make_shared<AgentMetrics>(config.rdzv_id, Clock::Real());
     metrics->Add(agent_metrics);
   }
