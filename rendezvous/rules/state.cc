@@ -11,21 +11,19 @@
 #include "common/status.h"
 #include "rendezvous/rules/node_secret.h"
 #include "rendezvous/rules/protocol.h"
+#include "rendezvous/rules/state_internal.h"
 
 namespace muster::rdzv {
+
+using state_internal::FormatDuration;
+using state_internal::JobEndedRecord;
+using state_internal::kMaxNamedNodes;
+using state_internal::NodeDoneRecord;
+using state_internal::RoundChangedEvent;
+using state_internal::RoundOpenedRecord;
+using state_internal::WrongSecret;
+
 namespace {
-
-// At most this many node names in a message; the rest are counted.
-constexpr size_t kMaxNamedNodes = 16;
-
-std::string FormatDuration(int64_t ms) { return absl::StrCat(ms / 1000.0, " s"); }
-
-bool HasControlCharacter(absl::string_view text) {
-  return std::any_of(text.begin(), text.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u < 0x20 || u == 0x7f;
-  });
-}
 
 std::string DescribeFailure(const Failure& failure) {
   std::string exit = failure.signal() != 0 ? absl::StrCat("signal ", failure.signal())
@@ -33,173 +31,10 @@ std::string DescribeFailure(const Failure& failure) {
   return absl::StrCat("rank ", failure.rank(), " on ", failure.host(), " failed with ", exit);
 }
 
-WatchEvent RoundChangedEvent(int64_t round, RoundChanged::Reason reason,
-                             const std::string& detail) {
-  WatchEvent event;
-  RoundChanged* changed = event.mutable_round_changed();
-  changed->set_new_round(round);
-  changed->set_reason(reason);
-  changed->set_detail(CutText(detail, kMaxDetailBytes));
-  return event;
-}
-
-absl::Status CheckHostField(absl::string_view field, absl::string_view value) {
-  if (value.size() > kMaxHostLength) {
-    return absl::InvalidArgumentError(absl::StrCat("the node's ", field, " is ", value.size(),
-                                                   " bytes long; a host name or address has at "
-                                                   "most ",
-                                                   kMaxHostLength));
-  }
-  if (HasControlCharacter(value)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the node's ", field, " contains a control character; give a host name or address"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckTimeout(absl::string_view name, int64_t ms, int64_t min_ms) {
-  if (ms < min_ms || ms > kMaxTimeoutMs) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " is ", FormatDuration(ms), "; give ",
-                                                   FormatDuration(min_ms), " to ",
-                                                   FormatDuration(kMaxTimeoutMs), " (7 days)"));
-  }
-  return absl::OkStatus();
-}
-
-JournalRecord NodeDoneRecord(const std::string& job_id, const std::string& node_id, int64_t round) {
-  JournalRecord record;
-  NodeDone* done = record.mutable_node_done();
-  done->set_job_id(job_id);
-  done->set_node_id(node_id);
-  done->set_round(round);
-  return record;
-}
-
-JournalRecord RoundOpenedRecord(const std::string& job_id, int64_t round, int32_t restart_count,
-                                const std::optional<WatchEvent>& event) {
-  JournalRecord record;
-  RoundOpened* opened = record.mutable_round_opened();
-  opened->set_job_id(job_id);
-  opened->set_round(round);
-  opened->set_restart_count(restart_count);
-  if (event) *opened->mutable_event() = *event;
-  return record;
-}
-
-JournalRecord JobEndedRecord(const std::string& job_id, const JobConfig& config, int64_t round,
-                             int32_t restart_count, const std::optional<WatchEvent>& event) {
-  JournalRecord record;
-  JobEnded* ended = record.mutable_job_ended();
-  ended->set_job_id(job_id);
-  *ended->mutable_config() = config;
-  ended->set_round(round);
-  ended->set_restart_count(restart_count);
-  if (event) *ended->mutable_event() = *event;
-  return record;
-}
-
-absl::Status WrongSecret(const NodeKey& key) {
-  return absl::PermissionDeniedError(absl::StrCat(
-      "the request for node ", key.node_id, " of job '", key.job_id,
-      "' does not carry that node's secret; a node speaks only for itself: only the agent that "
-      "joined as ",
-      key.node_id, " may heartbeat, watch, report or leave for it"));
-}
-
 }  // namespace
 
 bool IsFinalEvent(const JobEvent& event) {
   return event.kind() == JobEvent::JOB_CLOSED || event.kind() == JobEvent::JOB_FORGOTTEN;
-}
-
-absl::Status JoinToClosedJob(absl::string_view job_id, absl::string_view reason) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "job '", job_id, "' is closed (", reason, "); start a new job with a different --rdzv-id"));
-}
-
-absl::Status ValidateJobId(absl::string_view job_id, size_t max_length) {
-  if (job_id.empty()) {
-    return absl::InvalidArgumentError(
-        "the job id (--rdzv-id) is empty; give a short name without spaces");
-  }
-  if (job_id.size() > max_length) {
-    return absl::InvalidArgumentError(absl::StrCat("the job id (--rdzv-id) is ", job_id.size(),
-                                                   " characters long; use at most ", max_length));
-  }
-  for (char c : job_id) {
-    if (!std::isgraph(static_cast<unsigned char>(c))) {
-      return absl::InvalidArgumentError(
-          "the job id (--rdzv-id) contains a space or control character; use letters, digits "
-          "and punctuation only");
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateJobConfig(const JobConfig& config) {
-  if (config.min_nodes() <= 0 || config.min_nodes() > config.max_nodes()) {
-    return absl::InvalidArgumentError(absl::StrCat("bad node range ", config.min_nodes(), ":",
-                                                   config.max_nodes(), "; need 0 < MIN <= MAX"));
-  }
-  if (config.max_nodes() > kMaxNodes) {
-    return absl::InvalidArgumentError(absl::StrCat("max_nodes (--nnodes) is ", config.max_nodes(),
-                                                   "; a job has at most ", kMaxNodes, " nodes"));
-  }
-  if (config.max_restarts() < 0 || config.max_restarts() > kMaxRestarts) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_restarts is ", config.max_restarts(), "; give 0 to ", kMaxRestarts));
-  }
-  MUSTER_RETURN_IF_ERROR(CheckTimeout("last_call_timeout", config.last_call_timeout_ms(), 0));
-  MUSTER_RETURN_IF_ERROR(CheckTimeout("join_timeout", config.join_timeout_ms(), 0));
-  // A node must be able to die: a job without a heartbeat timeout would
-  // wait for a vanished node forever.
-  MUSTER_RETURN_IF_ERROR(
-      CheckTimeout("heartbeat_timeout", config.heartbeat_timeout_ms(), kMinHeartbeatTimeoutMs));
-  return absl::OkStatus();
-}
-
-absl::Status ValidateJoinRequest(const JoinRequest& request) {
-  // First: an agent of another version may mean other things by the rest.
-  if (request.protocol_version() != kProtocolVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this agent speaks rendezvous protocol version ", request.protocol_version(),
-        request.protocol_version() == 0 ? " (a muster older than protocol versions)" : "",
-        ", the rendezvous speaks version ", kProtocolVersion,
-        "; run the same muster version on every node (and musterd)"));
-  }
-  // The service checks a client's id itself, then may put a uid's namespace
-  // before it (kMaxJobNamespaceLength).
-  MUSTER_RETURN_IF_ERROR(ValidateJobId(request.job_id(), kMaxJobIdLength + kMaxJobNamespaceLength));
-  MUSTER_RETURN_IF_ERROR(ValidateJobConfig(request.config()));
-  const NodeInfo& info = request.node();
-  if (info.node_id().empty() || info.node_id().size() > kMaxNodeIdLength) {
-    return absl::InvalidArgumentError(absl::StrCat("the node id is ", info.node_id().size(),
-                                                   " bytes long; a join needs a node id of 1..",
-                                                   kMaxNodeIdLength, " bytes"));
-  }
-  if (HasControlCharacter(info.node_id())) {
-    return absl::InvalidArgumentError(
-        "the node id contains a control character; use printable characters");
-  }
-  if (request.node_secret().size() > kMaxNodeSecretLength) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the node secret is ", request.node_secret().size(),
-                     " bytes long; the server's secrets have at most ", kMaxNodeSecretLength));
-  }
-  MUSTER_RETURN_IF_ERROR(CheckHostField("host", info.host()));
-  MUSTER_RETURN_IF_ERROR(
-      CheckHostField("advertised address (--local-addr)", info.advertised_addr()));
-  if (info.local_world_size() <= 0 || info.local_world_size() > kMaxLocalWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat("local_world_size (--nproc-per-node) is ",
-                                                   info.local_world_size(), "; a node runs 1 to ",
-                                                   kMaxLocalWorldSize, " workers"));
-  }
-  if (info.master_port_candidate() < 0 || info.master_port_candidate() > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("master_port_candidate is ",
-                                                   info.master_port_candidate(),
-                                                   "; give a TCP port 1..65535, or 0 for none"));
-  }
-  return absl::OkStatus();
 }
 
 RendezvousState::Job* RendezvousState::FindJob(absl::string_view job_id) {
@@ -223,12 +58,8 @@ absl::StatusOr<RendezvousState::Job*> RendezvousState::FindLiveNode(const NodeKe
   return job;
 }
 
-absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view peer_addr,
-                                   absl::string_view new_secret, absl::Time now, Effects* effects) {
-  MUSTER_RETURN_IF_ERROR(ValidateJoinRequest(request));
+absl::Status RendezvousState::CheckJoin(const JoinRequest& request) {
   const NodeInfo& info = request.node();
-
-  // Every check first: a refused join changes nothing.
   Job* existing = FindJob(request.job_id());
   if (existing != nullptr) {
     const Job& job = *existing;
@@ -271,7 +102,11 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
         "the rendezvous holds ", open_jobs_, " open jobs, its most (musterd --max-jobs ",
         options_.max_jobs, "); wait for jobs to end, or run musterd with a larger --max-jobs"));
   }
+  return absl::OkStatus();
+}
 
+RendezvousState::Job& RendezvousState::JobToJoin(const JoinRequest& request, absl::Time now,
+                                                 Effects* effects) {
   if (jobs_.find(request.job_id()) == jobs_.end()) TrimClosedJobs(effects);
   auto [it, created] = jobs_.try_emplace(request.job_id());
   Job& job = it->second;
@@ -287,7 +122,11 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
                             job.config.max_nodes(), ", max_restarts ", job.config.max_restarts()),
                now, effects);
   }
+  return job;
+}
 
+void RendezvousState::RecordJoin(Job& job, const NodeInfo& info, absl::string_view peer_addr,
+                                 absl::string_view new_secret, absl::Time now, Effects* effects) {
   auto [node_it, is_new] = job.nodes.try_emplace(info.node_id());
   Node& node = node_it->second;
   if (is_new) {
@@ -307,31 +146,34 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
                           info.local_world_size() == 1 ? " worker" : " workers"),
              now, effects);
   }
+}
 
-  if (job.phase == Phase::kOpen) {
-    job.waiting.erase(info.node_id());  // a spare that joins again
-    if (!job.joined.contains(info.node_id()) && !job.expected.contains(info.node_id())) {
-      // A member rejoining a restart round keeps its seat: a newcomer takes
-      // only a seat no member holds.
-      const int held = static_cast<int>(job.not_back.size());
-      if (static_cast<int>(job.joined.size()) + held >= job.config.max_nodes()) {
-        job.waiting.insert(info.node_id());
-        effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
-                                            " waits; the seats of round ", job.round,
-                                            " are held for its members"));
-        return absl::OkStatus();
-      }
+void RendezvousState::JoinOpenRound(Job& job, const NodeInfo& info, absl::Time now,
+                                    Effects* effects) {
+  job.waiting.erase(info.node_id());  // a spare that joins again
+  if (!job.joined.contains(info.node_id()) && !job.expected.contains(info.node_id())) {
+    // A member rejoining a restart round keeps its seat: a newcomer takes
+    // only a seat no member holds.
+    const int held = static_cast<int>(job.not_back.size());
+    if (static_cast<int>(job.joined.size()) + held >= job.config.max_nodes()) {
+      job.waiting.insert(info.node_id());
+      effects->log.push_back(absl::StrCat("job '", job.id, "': node ", info.host(),
+                                          " waits; the seats of round ", job.round,
+                                          " are held for its members"));
+      return;
     }
-    if (job.joined.empty()) {
-      job.open_since = now;
-      effects->rearm_timer = true;
-    }
-    job.joined.insert(info.node_id());
-    job.not_back.erase(info.node_id());
-    MaybeComplete(job, now, effects);
-    return absl::OkStatus();
   }
+  if (job.joined.empty()) {
+    job.open_since = now;
+    effects->rearm_timer = true;
+  }
+  job.joined.insert(info.node_id());
+  job.not_back.erase(info.node_id());
+  MaybeComplete(job, now, effects);
+}
 
+void RendezvousState::JoinRunningRound(Job& job, const NodeInfo& info, absl::Time now,
+                                       Effects* effects) {
   // The round is running. A participant that joins again has lost its
   // workers; anyone else waits for the next round.
   const bool participant = IsParticipant(job, info.node_id());
@@ -351,6 +193,20 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
                                         " waits; the running round is full (",
                                         job.config.max_nodes(), " nodes)"));
   }
+}
+
+absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view peer_addr,
+                                   absl::string_view new_secret, absl::Time now, Effects* effects) {
+  MUSTER_RETURN_IF_ERROR(ValidateJoinRequest(request));
+  // Every check first: a refused join changes nothing.
+  MUSTER_RETURN_IF_ERROR(CheckJoin(request));
+  Job& job = JobToJoin(request, now, effects);
+  RecordJoin(job, request.node(), peer_addr, new_secret, now, effects);
+  if (job.phase == Phase::kOpen) {
+    JoinOpenRound(job, request.node(), now, effects);
+  } else {
+    JoinRunningRound(job, request.node(), now, effects);
+  }
   return absl::OkStatus();
 }
 
@@ -363,43 +219,6 @@ void RendezvousState::DropNode(const NodeKey& key, absl::string_view why, absl::
   Job* job = FindJob(key.job_id);
   if (job == nullptr || job->phase == Phase::kClosed) return;
   RemoveNode(*job, key.node_id, std::string(why), now, effects);
-}
-
-std::optional<Assignment> RendezvousState::AssignmentOf(const NodeKey& key) const {
-  auto it = jobs_.find(key.job_id);
-  if (it == jobs_.end() || it->second.phase != Phase::kRunning) return std::nullopt;
-  const Job& job = it->second;
-  int rank_base = -1, world_size = 0;
-  size_t group_rank = 0;
-  for (size_t i = 0; i < job.participants.size(); ++i) {
-    const Node& node = job.nodes.at(job.participants[i]);
-    if (job.participants[i] == key.node_id) {
-      rank_base = world_size;
-      group_rank = i;
-    }
-    world_size += node.info.local_world_size();
-  }
-  if (rank_base < 0) return std::nullopt;
-  return MakeAssignment(job, job.nodes.at(key.node_id), static_cast<int>(group_rank), rank_base,
-                        world_size, job.nodes.at(job.participants.front()));
-}
-
-Assignment RendezvousState::MakeAssignment(const Job& job, const Node& node, int group_rank,
-                                           int rank_base, int world_size,
-                                           const Node& master) const {
-  Assignment assignment;
-  assignment.set_round(job.round);
-  assignment.set_restart_count(job.restart_count);
-  assignment.set_max_restarts(job.config.max_restarts());
-  assignment.set_group_rank(group_rank);
-  assignment.set_group_world_size(static_cast<int>(job.participants.size()));
-  assignment.set_rank_base(rank_base);
-  assignment.set_world_size(world_size);
-  assignment.set_master_addr(master.addr);
-  assignment.set_master_port(master.info.master_port_candidate());
-  assignment.set_node_secret(node.secret);
-  assignment.set_ride_out_outages(options_.ride_out_outages);
-  return assignment;
 }
 
 absl::StatusOr<int64_t> RendezvousState::Heartbeat(const NodeKey& key, absl::string_view secret,
@@ -605,180 +424,6 @@ void RendezvousState::Advance(absl::Time now, Effects* effects) {
   TrimClosedJobs(effects);
 }
 
-std::optional<absl::Time> RendezvousState::NextDeadline() const {
-  std::optional<absl::Time> next;
-  auto consider = [&next](absl::Time t) {
-    if (!next || t < *next) next = t;
-  };
-  for (const auto& [id, job] : jobs_) {
-    if (job.phase == Phase::kClosed) {
-      consider(job.closed_at + kClosedJobRetention);
-      continue;
-    }
-    if (job.nodes.empty()) consider(job.empty_since + EmptyJobLifetime(job));
-    for (const auto& [node_id, node] : job.nodes) {
-      if (!NeedsHeartbeat(job, node_id, node)) continue;
-      consider(node.last_seen + absl::Milliseconds(job.config.heartbeat_timeout_ms()));
-    }
-    if (job.phase == Phase::kOpen) {
-      if (job.last_call_deadline) consider(*job.last_call_deadline);
-      if (!job.joined.empty() && static_cast<int>(job.joined.size()) < job.config.min_nodes()) {
-        consider(job.open_since + absl::Milliseconds(job.config.join_timeout_ms()));
-      }
-    }
-  }
-  return next;
-}
-
-absl::StatusOr<StatusResponse> RendezvousState::Status(absl::string_view job_id,
-                                                       std::optional<absl::Time> now,
-                                                       bool nodes) const {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("no job '", job_id, "' on this server"));
-  }
-  return JobStatus(it->second, now, nodes);
-}
-
-const char* RendezvousState::PhaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kOpen: return "open";
-    case Phase::kRunning: return "running";
-    case Phase::kClosed: return "closed";
-  }
-  return "closed";
-}
-
-StatusResponse RendezvousState::JobStatus(const Job& job, std::optional<absl::Time> now,
-                                          bool nodes) const {
-  StatusResponse response;
-  response.set_job_id(job.id);
-  response.set_state(std::string(PhaseName(job.phase)));
-  response.set_round(job.round);
-  response.set_restart_count(job.restart_count);
-  response.set_participants(job.phase == Phase::kOpen ? static_cast<int>(job.joined.size())
-                                                      : static_cast<int>(job.participants.size()));
-  response.set_waiting(static_cast<int>(job.waiting.size()));
-  *response.mutable_config() = job.config;
-  response.set_last_call_remaining_ms(-1);
-  if (job.phase == Phase::kOpen) {
-    if (job.last_call_deadline && now) {
-      response.set_last_call_remaining_ms(
-          std::max<int64_t>(0, absl::ToInt64Milliseconds(*job.last_call_deadline - *now)));
-    }
-    for (const std::string& node_id : job.not_back) {
-      if (response.missing_size() == static_cast<int>(kMaxNamedNodes)) break;
-      response.add_missing(job.nodes.at(node_id).info.host());  // each kMaxHostLength at most
-    }
-    response.set_missing_count(static_cast<int>(job.not_back.size()));
-  }
-  response.set_created_unix_ms(absl::ToUnixMillis(job.created_at));
-  response.set_round_since_unix_ms(
-      absl::ToUnixMillis(job.phase == Phase::kClosed ? job.closed_at : job.round_since));
-  response.set_node_count(static_cast<int>(job.nodes.size()));
-  if (job.phase != Phase::kOpen) {  // a closed job's last round
-    int64_t world_size = 0;
-    for (const std::string& id : job.participants) {
-      auto node = job.nodes.find(id);
-      if (node != job.nodes.end()) world_size += node->second.info.local_world_size();
-    }
-    response.set_world_size(static_cast<int>(world_size));  // Join keeps it within int32
-  }
-  if (job.phase == Phase::kClosed) {
-    response.set_succeeded(job.succeeded);
-    response.set_close_reason(job.close_reason);
-    if (job.closed_event && job.closed_event->job_closed().has_root_cause()) {
-      Failure* cause = response.mutable_root_cause();
-      *cause = job.closed_event->job_closed().root_cause();
-      cause->set_message(CutText(cause->message(), kMaxStatusMessageBytes));
-    }
-  }
-  for (const Failure& failure : job.recent_failures) *response.add_recent_failures() = failure;
-  if (!nodes) return response;
-
-  auto add = [&](const std::string& node_id, const Node& node, absl::string_view state,
-                 int group_rank, int rank_base) {
-    if (response.nodes_size() == static_cast<int>(kMaxListedNodes)) return;
-    NodeStatus* out = response.add_nodes();
-    out->set_node_id(node_id);
-    out->set_host(node.info.host());
-    out->set_addr(node.addr);
-    out->set_state(std::string(state));
-    out->set_group_rank(group_rank);
-    out->set_rank_base(rank_base);
-    out->set_local_world_size(node.info.local_world_size());
-    out->set_joined_unix_ms(absl::ToUnixMillis(node.joined_at));
-    out->set_last_seen_unix_ms(absl::ToUnixMillis(node.watching && now ? *now : node.last_seen));
-    out->set_watching(node.watching);
-  };
-  std::set<std::string> listed;
-  if (job.phase != Phase::kOpen) {  // a closed job's last round
-    const absl::string_view running = PhaseName(job.phase);
-    int rank_base = 0;
-    for (size_t i = 0; i < job.participants.size(); ++i) {
-      const std::string& id = job.participants[i];
-      auto node_it = job.nodes.find(id);
-      if (node_it == job.nodes.end()) continue;
-      const Node& node = node_it->second;
-      add(id, node, job.done.contains(id) ? "done" : running, static_cast<int>(i), rank_base);
-      rank_base += node.info.local_world_size();
-      listed.insert(id);
-    }
-  }
-  std::vector<std::pair<int64_t, const std::string*>> others;
-  for (const auto& [id, node] : job.nodes) {
-    if (!listed.contains(id)) others.emplace_back(node.join_seq, &id);
-  }
-  std::sort(others.begin(), others.end());
-  for (const auto& [seq, id] : others) {
-    const absl::string_view state = job.phase == Phase::kClosed  ? "closed"
-                                    : job.joined.contains(*id)   ? "joined"
-                                    : job.not_back.contains(*id) ? "rejoining"
-                                    : job.waiting.contains(*id)  ? "waiting"
-                                                                 : "idle";
-    add(*id, job.nodes.at(*id), state, -1, -1);
-  }
-  return response;
-}
-
-ListJobsResponse RendezvousState::ListJobs(absl::string_view prefix, absl::Time now) const {
-  ListJobsResponse response;
-  int32_t total = 0;
-  for (auto it = jobs_.lower_bound(prefix);
-       it != jobs_.end() && absl::StartsWith(it->first, prefix); ++it) {
-    ++total;
-    if (response.jobs_size() == static_cast<int>(kMaxListedJobs)) continue;
-    StatusResponse* job = response.add_jobs();
-    *job = JobStatus(it->second, now, /*nodes=*/false);
-    job->mutable_root_cause()->clear_message();
-    for (Failure& failure : *job->mutable_recent_failures()) failure.clear_message();
-  }
-  response.set_total(total);
-  return response;
-}
-
-std::vector<RendezvousState::JobFigures> RendezvousState::Figures() const {
-  std::vector<JobFigures> out;
-  out.reserve(jobs_.size());
-  for (const auto& [id, job] : jobs_) {
-    JobFigures& figures = out.emplace_back();
-    figures.id = id;
-    figures.state = PhaseName(job.phase);
-    figures.nodes = static_cast<int64_t>(job.nodes.size());
-    figures.restarts = job.restart_count;
-    figures.rounds = job.rounds_by_reason;
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<JobEvent>> RendezvousState::History(absl::string_view job_id) const {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("no job '", job_id, "' on this server"));
-  }
-  return std::vector<JobEvent>(it->second.history.begin(), it->second.history.end());
-}
-
 absl::Status RendezvousState::Stop(absl::string_view job_id, absl::string_view reason,
                                    absl::Time now, Effects* effects) {
   Job* job = FindJob(job_id);
@@ -813,34 +458,6 @@ const JobEvent& RendezvousState::KeepEvent(Job& job, JobEvent::Kind kind, absl::
   if (kind == JobEvent::JOB_CLOSED) event.set_succeeded(job.succeeded);
   if (job.history.size() >= kMaxJobHistory) job.history.pop_front();
   return job.history.emplace_back(std::move(event));
-}
-
-absl::StatusOr<std::optional<WatchEvent>> RendezvousState::CatchUp(const NodeKey& key,
-                                                                   absl::string_view secret,
-                                                                   int64_t known_round) const {
-  auto it = jobs_.find(key.job_id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("no job '", key.job_id, "' on this server"));
-  }
-  const Job& job = it->second;
-  auto node = job.nodes.find(key.node_id);
-  if (node != job.nodes.end() && !ConstantTimeEquals(node->second.secret, secret)) {
-    return WrongSecret(key);
-  }
-  if (job.phase == Phase::kClosed) {
-    if (node != job.nodes.end() || !job.closed_event) return job.closed_event;
-    // A node that is no longer in the job learns what a join would: that it
-    // closed and why, not the worker's message.
-    WatchEvent event = *job.closed_event;
-    event.mutable_job_closed()->mutable_root_cause()->clear_message();
-    return event;
-  }
-  if (node == job.nodes.end()) return NotInJob(job, key.node_id, secret);
-  if (job.round > known_round) {
-    if (job.last_round_change) return job.last_round_change;
-    return RoundChangedEvent(job.round, RoundChanged::REASON_UNSPECIFIED, "the job moved on");
-  }
-  return std::optional<WatchEvent>();
 }
 
 void RendezvousState::MaybeComplete(Job& job, absl::Time now, Effects* effects) {
@@ -1123,10 +740,6 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   }
 }
 
-void RendezvousState::Record(Effects* effects, JournalRecord record) const {
-  if (options_.journal) effects->journal.push_back(std::move(record));
-}
-
 RendezvousState::JobMap::iterator RendezvousState::Forget(JobMap::iterator it, Effects* effects) {
   if (it->second.journaled) {
     JournalRecord record;
@@ -1135,212 +748,6 @@ RendezvousState::JobMap::iterator RendezvousState::Forget(JobMap::iterator it, E
   }
   if (it->second.phase != Phase::kClosed) --open_jobs_;
   return jobs_.erase(it);
-}
-
-JournalRecord RendezvousState::RoundFormedRecord(const Job& job,
-                                                 const std::vector<std::string>& members) const {
-  JournalRecord record;
-  RoundFormed* formed = record.mutable_round_formed();
-  formed->set_job_id(job.id);
-  *formed->mutable_config() = job.config;
-  formed->set_round(job.round);
-  formed->set_restart_count(job.restart_count);
-  formed->set_next_join_seq(job.next_join_seq);
-  for (const std::string& node_id : members) {
-    const Node& node = job.nodes.at(node_id);
-    DurableNode* durable = formed->add_members();
-    *durable->mutable_info() = node.info;
-    durable->set_secret(node.secret);
-    durable->set_addr(node.addr);
-    durable->set_join_seq(node.join_seq);
-  }
-  return record;
-}
-
-void RendezvousState::RestoreRoundFormed(const RoundFormed& formed, absl::Time now) {
-  auto [it, created] = jobs_.try_emplace(formed.job_id());
-  Job& job = it->second;
-  if (created || job.phase == Phase::kClosed) ++open_jobs_;
-  job = Job();
-  job.id = formed.job_id();
-  job.config = formed.config();
-  job.phase = Phase::kRunning;
-  job.round = formed.round();
-  job.restart_count = formed.restart_count();
-  job.next_join_seq = formed.next_join_seq();
-  job.journaled = true;
-  job.empty_since = now;
-  job.created_at = now;
-  job.round_since = now;
-  for (const DurableNode& durable : formed.members()) {
-    Node& node = job.nodes[durable.info().node_id()];
-    node.info = durable.info();
-    node.secret = durable.secret();
-    node.addr = durable.addr();
-    node.join_seq = durable.join_seq();
-    node.last_seen = now;  // its heartbeat deadline starts again
-    node.joined_at = now;
-    node.member = true;
-    job.live_workers += node.info.local_world_size();
-    job.participants.push_back(durable.info().node_id());
-  }
-}
-
-absl::Status RendezvousState::Restore(const JournalRecord& record, absl::Time now) {
-  auto unknown = [](absl::string_view kind, absl::string_view job_id) {
-    return absl::DataLossError(
-        absl::StrCat("a ", kind, " record for job '", job_id, "', which has no round formed"));
-  };
-  switch (record.record_case()) {
-    case JournalRecord::kRoundFormed: RestoreRoundFormed(record.round_formed(), now); break;
-    case JournalRecord::kRoundOpened: {
-      const RoundOpened& opened = record.round_opened();
-      Job* job = FindJob(opened.job_id());
-      if (job == nullptr || job->phase == Phase::kClosed) {
-        return unknown("round-opened", opened.job_id());
-      }
-      job->phase = Phase::kOpen;
-      job->round = opened.round();
-      job->restart_count = opened.restart_count();
-      job->open_since = now;  // its join timeout starts again
-      job->last_call_deadline.reset();
-      job->done.clear();
-      job->joined.clear();
-      job->waiting.clear();
-      job->expected.clear();
-      job->expected.insert(job->participants.begin(), job->participants.end());
-      job->not_back = job->expected;
-      job->participants.clear();
-      job->last_round_change = opened.event();
-      break;
-    }
-    case JournalRecord::kNodeRemoved: {
-      const NodeRemoved& removed = record.node_removed();
-      Job* job = FindJob(removed.job_id());
-      if (job == nullptr) return unknown("node-removed", removed.job_id());
-      auto node = job->nodes.find(removed.node_id());
-      if (node == job->nodes.end()) break;
-      job->live_workers -= node->second.info.local_world_size();
-      job->lost.push_back(node->second.info.host());
-      job->nodes.erase(node);
-      if (job->nodes.empty()) job->empty_since = now;
-      job->expected.erase(removed.node_id());
-      job->not_back.erase(removed.node_id());
-      job->done.erase(removed.node_id());
-      std::erase(job->participants, removed.node_id());
-      break;
-    }
-    case JournalRecord::kNodeDone: {
-      const NodeDone& done = record.node_done();
-      Job* job = FindJob(done.job_id());
-      if (job == nullptr) return unknown("node-done", done.job_id());
-      if (job->phase == Phase::kRunning && job->round == done.round() &&
-          IsParticipant(*job, done.node_id())) {
-        job->done.insert(done.node_id());
-      }
-      break;
-    }
-    case JournalRecord::kJobEnded: {
-      const JobEnded& ended = record.job_ended();
-      auto [it, created] = jobs_.try_emplace(ended.job_id());
-      Job& job = it->second;
-      if (created) {
-        job.id = ended.job_id();
-        job.created_at = now;
-      } else if (job.phase != Phase::kClosed) {
-        --open_jobs_;
-      }
-      job.config = ended.config();
-      job.round = ended.round();
-      job.restart_count = ended.restart_count();
-      job.phase = Phase::kClosed;
-      job.journaled = true;
-      job.closed_at = now;  // kept for its retention from now
-      job.succeeded = ended.event().job_closed().succeeded();
-      job.close_reason = ended.event().job_closed().reason();
-      job.closed_event = ended.event();
-      // Its events are not journaled, but how it ended is: a watch of it
-      // shows that, and ends.
-      job.history.clear();
-      KeepEvent(
-          job, JobEvent::JOB_CLOSED, "",
-          absl::StrCat(job.close_reason,
-                       " (closed before this rendezvous restarted: the time is the restart's)"),
-          now);
-      job.joined.clear();
-      job.waiting.clear();
-      job.expected.clear();
-      job.not_back.clear();
-      job.last_call_deadline.reset();
-      closed_order_.emplace_back(now, job.id);
-      break;
-    }
-    case JournalRecord::kJobForgotten: {
-      auto it = jobs_.find(record.job_forgotten().job_id());
-      if (it == jobs_.end()) break;
-      if (it->second.phase != Phase::kClosed) --open_jobs_;
-      jobs_.erase(it);
-      break;
-    }
-    case JournalRecord::RECORD_NOT_SET:
-      return absl::DataLossError("a record of a kind this muster does not know");
-  }
-  return absl::OkStatus();
-}
-
-std::vector<JournalRecord> RendezvousState::Snapshot() const {
-  std::vector<JournalRecord> out;
-  for (const auto& [id, job] : jobs_) {
-    if (!job.journaled) continue;
-    // Its members, in rank order while a round runs.
-    std::vector<std::string> members;
-    if (job.phase == Phase::kRunning) {
-      members = job.participants;
-    } else {
-      for (const auto& [node_id, node] : job.nodes) {
-        if (node.member) members.push_back(node_id);
-      }
-    }
-    if (!members.empty() || job.phase != Phase::kClosed) {
-      out.push_back(RoundFormedRecord(job, members));
-    }
-    if (job.phase == Phase::kOpen) {
-      out.push_back(RoundOpenedRecord(job.id, job.round, job.restart_count, job.last_round_change));
-    } else if (job.phase == Phase::kRunning) {
-      for (const std::string& node_id : job.done) {
-        out.push_back(NodeDoneRecord(job.id, node_id, job.round));
-      }
-    } else {
-      out.push_back(
-          JobEndedRecord(job.id, job.config, job.round, job.restart_count, job.closed_event));
-    }
-  }
-  return out;
-}
-
-bool RendezvousState::IsParticipant(const Job& job, const std::string& node_id) {
-  return std::find(job.participants.begin(), job.participants.end(), node_id) !=
-         job.participants.end();
-}
-
-bool RendezvousState::NeedsHeartbeat(const Job& job, const std::string& node_id,
-                                     const Node& node) const {
-  // A pending join is alive while its call is open (the server drops the node
-  // when the call is cancelled), and agents heartbeat only once in the job. A
-  // node whose workers all finished may exit: it is not needed any more. An
-  // open watch stream is a heartbeat.
-  return !options_.external_liveness && !node.watching && !job.joined.contains(node_id) &&
-         !job.waiting.contains(node_id) && !job.done.contains(node_id);
-}
-
-std::vector<std::string> RendezvousState::DescribeNodes(const Job& job,
-                                                        const std::set<std::string>& ids) const {
-  std::vector<std::string> names;
-  for (const std::string& id : ids) {
-    auto it = job.nodes.find(id);
-    names.push_back(it == job.nodes.end() ? id : it->second.info.host());
-  }
-  return names;
 }
 
 }  // namespace muster::rdzv

@@ -346,6 +346,17 @@ class RendezvousState {
   using JobMap = std::map<std::string, Job, std::less<>>;
 
   Job* FindJob(absl::string_view job_id);
+  // Join's steps. CheckJoin: every reason to refuse it (a closed job,
+  // another config, a node id held by another agent, too many workers or
+  // jobs), before anything changes. JobToJoin: the job, made if new.
+  // RecordJoin: the node's record, its join counted. Then the node takes a
+  // seat in the open round or waits, or a running round makes room for it.
+  absl::Status CheckJoin(const JoinRequest& request);
+  Job& JobToJoin(const JoinRequest& request, absl::Time now, Effects* effects);
+  void RecordJoin(Job& job, const NodeInfo& info, absl::string_view peer_addr,
+                  absl::string_view new_secret, absl::Time now, Effects* effects);
+  void JoinOpenRound(Job& job, const NodeInfo& info, absl::Time now, Effects* effects);
+  void JoinRunningRound(Job& job, const NodeInfo& info, absl::Time now, Effects* effects);
   // kNotFound for a node that is not in `job`, saying why when it was
   // removed and the caller presents the secret it had.
   static absl::Status NotInJob(const Job& job, const std::string& node_id,
@@ -395,6 +406,9 @@ class RendezvousState {
   JournalRecord RoundFormedRecord(const Job& job, const std::vector<std::string>& members) const;
   // Rebuilds a job's nodes from a RoundFormed record.
   void RestoreRoundFormed(const RoundFormed& formed, absl::Time now);
+  absl::Status RestoreRoundOpened(const RoundOpened& opened, absl::Time now);
+  absl::Status RestoreNodeRemoved(const NodeRemoved& removed, absl::Time now);
+  void RestoreJobEnded(const JobEnded& ended, absl::Time now);
 
   // Forgets the longest closed jobs while more than max_closed_jobs are
   // kept. Not from inside a loop over jobs_: it erases from it.
