@@ -163,88 +163,63 @@ void GpuCheck::ReadError(int gpu, const absl::Status& status, GpuCheckOutput& ou
                                     "); what cannot be read is left out"));
 }
 
-void GpuCheck::Check(absl::Time now, bool full, GpuCheckOutput& out) {
-  std::map<int, int> rank_of_local;  // local rank -> rank
-  for (const auto& [pid, worker] : workers_) rank_of_local[worker.local_rank] = worker.rank;
-  const std::set<int> node_gpus(options_.gpus.begin(), options_.gpus.end());
-
-  std::map<int, std::set<int>> on;  // GPU -> local ranks that use it
-  bool any_on_gpu = false;
-  for (int gpu : node_gpus) {
-    std::set<int>& ranks = on[gpu];
+GpuCheck::Look GpuCheck::ReadGpus(bool full, GpuCheckOutput& out) {
+  Look look;
+  for (const auto& [pid, worker] : workers_) look.rank_of_local[worker.local_rank] = worker.rank;
+  look.node_gpus = std::set<int>(options_.gpus.begin(), options_.gpus.end());
+  for (int gpu : look.node_gpus) {
+    std::set<int>& ranks = look.on[gpu];
     absl::StatusOr<std::vector<pid_t>> pids = source_.ReadProcesses(gpu);
     if (!pids.ok()) {
       ReadError(gpu, pids.status(), out);
-      on.erase(gpu);  // unknown: neither shared nor unused
+      look.on.erase(gpu);  // unknown: neither shared nor unused
       continue;
     }
     for (pid_t pid : *pids) {
       const int local_rank = LocalRankOf(pid);
       if (local_rank >= 0) ranks.insert(local_rank);
     }
-    any_on_gpu |= !ranks.empty();
+    look.any_on_gpu |= !ranks.empty();
   }
-  auto busy = [&](int gpu) {
-    const Window& w = windows_[gpu];
-    return w.samples == 0 ? std::string("n/a") : absl::StrFormat("%.0f%%", w.mean());
-  };
-  auto global = [&](const std::set<int>& locals) {
-    std::vector<int> ranks;
-    for (int local : locals) ranks.push_back(rank_of_local[local]);
-    std::sort(ranks.begin(), ranks.end());
-    return ranks;
-  };
-  std::map<int, GpuSource::Memory> memory;
-  if (full) {
-    for (int gpu : node_gpus) {
-      absl::StatusOr<GpuSource::Memory> read = source_.ReadMemory(gpu);
-      if (read.ok()) {
-        memory[gpu] = *read;
-      } else {
-        ReadError(gpu, read.status(), out);
-      }
+  if (!full) return look;
+  for (int gpu : look.node_gpus) {
+    absl::StatusOr<GpuSource::Memory> read = source_.ReadMemory(gpu);
+    if (read.ok()) {
+      look.memory[gpu] = *read;
+    } else {
+      ReadError(gpu, read.status(), out);
     }
   }
+  return look;
+}
 
+std::string GpuCheck::Busy(int gpu) {
+  const Window& w = windows_[gpu];
+  return w.samples == 0 ? std::string("n/a") : absl::StrFormat("%.0f%%", w.mean());
+}
+
+void GpuCheck::CheckShared(absl::Time now, Look& look, GpuCheckOutput& out) {
   // Shared GPUs while another runs none of this node's ranks.
-  std::vector<int> shared, unused;
-  for (const auto& [gpu, ranks] : on) {
+  std::vector<int> shared;
+  for (const auto& [gpu, ranks] : look.on) {
     if (ranks.size() >= 2) shared.push_back(gpu);
-    if (ranks.empty()) unused.push_back(gpu);
+    if (ranks.empty()) look.unused.push_back(gpu);
   }
-  std::string key;
-  if (!shared.empty() && !unused.empty()) {
+  if (!shared.empty() && !look.unused.empty()) {
     for (int gpu : shared) {
-      absl::StrAppend(&key, "gpu ", gpu, ":", absl::StrJoin(on[gpu], ","), ";");
+      absl::StrAppend(&look.shared_key, "gpu ", gpu, ":", absl::StrJoin(look.on[gpu], ","), ";");
     }
-    absl::StrAppend(&key, "unused ", absl::StrJoin(unused, ","));
+    absl::StrAppend(&look.shared_key, "unused ", absl::StrJoin(look.unused, ","));
   }
-  if (any_on_gpu && key != shared_said_) {
+  const std::string& key = look.shared_key;
+  if (look.any_on_gpu && key != shared_said_) {
     if (key.empty()) {
       out.cleared.push_back(
           "GPU check: no GPU of this node is shared while another runs none of its ranks any "
           "more");
       shared_said_.clear();
     } else if (key == shared_seen_) {
-      std::vector<std::string> groups;
-      for (int gpu : shared) {
-        const std::vector<int> locals(on[gpu].begin(), on[gpu].end());
-        std::string used = busy(gpu);
-        if (memory.contains(gpu)) absl::StrAppend(&used, " busy, ", GiB(memory[gpu].used), " used");
-        else absl::StrAppend(&used, " busy");
-        groups.push_back(absl::StrCat("local ranks ", Ranges(locals), " (ranks ",
-                                      Ranges(global(on[gpu])), ") share GPU ", gpu, " (", used,
-                                      ")"));
-      }
-      std::vector<std::string> idle_busy;
-      for (int gpu : unused) idle_busy.push_back(busy(gpu));
-      out.warnings.push_back(absl::StrCat(
-          "GPU check: ", absl::StrJoin(groups, "; "), ", while ",
-          Plural(unused.size(), "GPU ", "GPUs "), Ranges(unused), " of this node ",
-          Plural(unused.size(), "runs", "run"), " none of them (", absl::StrJoin(idle_busy, ", "),
-          " busy). The script most likely never sets its device: call "
-          "torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"])) before it creates the model or "
-          "the process group, and move the model to cuda:LOCAL_RANK, not cuda"));
+      out.warnings.push_back(SharedWarning(look, shared));
       shared_said_ = key;
     } else {
       // Seen once: a rank may not have moved to its own GPU yet. Look again soon.
@@ -253,75 +228,113 @@ void GpuCheck::Check(absl::Time now, bool full, GpuCheckOutput& out) {
     }
   }
   if (key.empty() || key == shared_said_) shared_seen_.clear();
+}
 
-  if (full && any_on_gpu) {
-    // Idle GPUs while others work; those the warning above names are left to it.
-    std::vector<int> idle, working;
-    for (int gpu : node_gpus) {
-      const Window& w = windows_[gpu];
-      if (w.samples == 0) continue;
-      if (w.max_percent > 0) {
-        working.push_back(gpu);
-      } else if (key.empty() || std::find(unused.begin(), unused.end(), gpu) == unused.end()) {
-        idle.push_back(gpu);
-      }
+std::string GpuCheck::SharedWarning(Look& look, const std::vector<int>& shared) {
+  auto global = [&](const std::set<int>& locals) {
+    std::vector<int> ranks;
+    for (int local : locals) ranks.push_back(look.rank_of_local[local]);
+    std::sort(ranks.begin(), ranks.end());
+    return ranks;
+  };
+  std::vector<std::string> groups;
+  for (int gpu : shared) {
+    const std::vector<int> locals(look.on[gpu].begin(), look.on[gpu].end());
+    std::string used = Busy(gpu);
+    if (look.memory.contains(gpu)) {
+      absl::StrAppend(&used, " busy, ", GiB(look.memory[gpu].used), " used");
+    } else {
+      absl::StrAppend(&used, " busy");
     }
-    if (working.empty()) idle.clear();
-    for (int gpu : idle) {
-      if (idle_said_.contains(gpu)) continue;
-      idle_said_.insert(gpu);
-      std::vector<int> owners;  // the local ranks this GPU is given to
-      for (size_t i = 0; i < rank_of_local.size() && !options_.gpus.empty(); ++i) {
-        if (options_.gpus[i % options_.gpus.size()] == gpu) owners.push_back(static_cast<int>(i));
-      }
-      std::vector<std::string> uses;
-      for (int local : owners) {
-        std::vector<int> its;
-        for (const auto& [other, ranks] : on) {
-          if (ranks.contains(local)) its.push_back(other);
-        }
-        uses.push_back(absl::StrCat(
-            "local rank ", local, " (rank ", rank_of_local[local], "), which ",
-            its.empty() ? "uses no GPU"
-                        : absl::StrCat("uses GPU", its.size() == 1 ? " " : "s ", Ranges(its))));
-      }
-      std::vector<std::string> others;
-      for (int other : working) others.push_back(busy(other));
-      out.warnings.push_back(absl::StrCat(
-          "GPU check: GPU ", gpu, " of this node was idle (0% busy) for the last ",
-          Seconds(now - window_start_), " while ", Plural(working.size(), "GPU ", "GPUs "),
-          Ranges(working), " worked (", absl::StrJoin(others, ", "), " busy)",
-          uses.empty() ? "" : absl::StrCat("; it is the GPU of ", absl::StrJoin(uses, ", and of ")),
-          ". Check that every rank moves its model and data to cuda:LOCAL_RANK"));
-    }
-    for (auto it = idle_said_.begin(); it != idle_said_.end();) {
-      const Window& w = windows_[*it];
-      if (w.samples > 0 && w.max_percent > 0) {
-        out.cleared.push_back(
-            absl::StrCat("GPU check: GPU ", *it, " works now (", busy(*it), " busy)"));
-        it = idle_said_.erase(it);
-      } else {
-        ++it;
-      }
+    groups.push_back(absl::StrCat("local ranks ", Ranges(locals), " (ranks ",
+                                  Ranges(global(look.on[gpu])), ") share GPU ", gpu, " (", used,
+                                  ")"));
+  }
+  std::vector<std::string> idle_busy;
+  for (int gpu : look.unused) idle_busy.push_back(Busy(gpu));
+  return absl::StrCat(
+      "GPU check: ", absl::StrJoin(groups, "; "), ", while ",
+      Plural(look.unused.size(), "GPU ", "GPUs "), Ranges(look.unused), " of this node ",
+      Plural(look.unused.size(), "runs", "run"), " none of them (", absl::StrJoin(idle_busy, ", "),
+      " busy). The script most likely never sets its device: call "
+      "torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"])) before it creates the model or "
+      "the process group, and move the model to cuda:LOCAL_RANK, not cuda");
+}
+
+void GpuCheck::CheckIdle(absl::Time now, Look& look, GpuCheckOutput& out) {
+  // Idle GPUs while others work; those the shared warning names are left to it.
+  std::vector<int> idle, working;
+  for (int gpu : look.node_gpus) {
+    const Window& w = windows_[gpu];
+    if (w.samples == 0) continue;
+    if (w.max_percent > 0) {
+      working.push_back(gpu);
+    } else if (look.shared_key.empty() ||
+               std::find(look.unused.begin(), look.unused.end(), gpu) == look.unused.end()) {
+      idle.push_back(gpu);
     }
   }
+  if (working.empty()) idle.clear();
+  for (int gpu : idle) {
+    if (idle_said_.contains(gpu)) continue;
+    idle_said_.insert(gpu);
+    out.warnings.push_back(IdleWarning(now, look, gpu, working));
+  }
+  for (auto it = idle_said_.begin(); it != idle_said_.end();) {
+    const Window& w = windows_[*it];
+    if (w.samples > 0 && w.max_percent > 0) {
+      out.cleared.push_back(
+          absl::StrCat("GPU check: GPU ", *it, " works now (", Busy(*it), " busy)"));
+      it = idle_said_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
 
-  if (!full) return;
+std::string GpuCheck::IdleWarning(absl::Time now, Look& look, int gpu,
+                                  const std::vector<int>& working) {
+  std::vector<int> owners;  // the local ranks this GPU is given to
+  for (size_t i = 0; i < look.rank_of_local.size() && !options_.gpus.empty(); ++i) {
+    if (options_.gpus[i % options_.gpus.size()] == gpu) owners.push_back(static_cast<int>(i));
+  }
+  std::vector<std::string> uses;
+  for (int local : owners) {
+    std::vector<int> its;
+    for (const auto& [other, ranks] : look.on) {
+      if (ranks.contains(local)) its.push_back(other);
+    }
+    uses.push_back(absl::StrCat(
+        "local rank ", local, " (rank ", look.rank_of_local[local], "), which ",
+        its.empty() ? "uses no GPU"
+                    : absl::StrCat("uses GPU", its.size() == 1 ? " " : "s ", Ranges(its))));
+  }
+  std::vector<std::string> others;
+  for (int other : working) others.push_back(Busy(other));
+  return absl::StrCat(
+      "GPU check: GPU ", gpu, " of this node was idle (0% busy) for the last ",
+      Seconds(now - window_start_), " while ", Plural(working.size(), "GPU ", "GPUs "),
+      Ranges(working), " worked (", absl::StrJoin(others, ", "), " busy)",
+      uses.empty() ? "" : absl::StrCat("; it is the GPU of ", absl::StrJoin(uses, ", and of ")),
+      ". Check that every rank moves its model and data to cuda:LOCAL_RANK");
+}
+
+void GpuCheck::Report(absl::Time now, Look& look, GpuCheckOutput& out) {
   std::vector<GpuFigures> figures;
   std::vector<std::string> parts;
-  for (int gpu : node_gpus) {
-    if (!on.contains(gpu) || !memory.contains(gpu)) continue;  // could not be read
+  for (int gpu : look.node_gpus) {
+    if (!look.on.contains(gpu) || !look.memory.contains(gpu)) continue;  // could not be read
     const Window& w = windows_[gpu];
     GpuFigures& f = figures.emplace_back();
     f.index = gpu;
     f.sampled = w.samples > 0;
     f.utilization = w.mean();
     f.max_utilization = w.max_percent;
-    f.memory_used = memory[gpu].used;
-    f.memory_total = memory[gpu].total;
-    f.local_ranks.assign(on[gpu].begin(), on[gpu].end());
+    f.memory_used = look.memory[gpu].used;
+    f.memory_total = look.memory[gpu].total;
+    f.local_ranks.assign(look.on[gpu].begin(), look.on[gpu].end());
     parts.push_back(
-        absl::StrCat("GPU ", gpu, " ", busy(gpu), " busy, ", GiB(f.memory_used), " of ",
+        absl::StrCat("GPU ", gpu, " ", Busy(gpu), " busy, ", GiB(f.memory_used), " of ",
                      GiB(f.memory_total), ", ",
                      f.local_ranks.empty()
                          ? std::string("no local rank")
@@ -341,6 +354,13 @@ void GpuCheck::Check(absl::Time now, bool full, GpuCheckOutput& out) {
     window.sum_percent = 0;
   }
   window_start_ = now;
+}
+
+void GpuCheck::Check(absl::Time now, bool full, GpuCheckOutput& out) {
+  Look look = ReadGpus(full, out);
+  CheckShared(now, look, out);
+  if (full && look.any_on_gpu) CheckIdle(now, look, out);
+  if (full) Report(now, look, out);
 }
 
 }  // namespace muster

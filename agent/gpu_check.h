@@ -138,8 +138,28 @@ class GpuCheck {
     uint64_t since = 0;
     double mean() const { return samples > 0 ? sum_percent / samples : 0; }
   };
+  // What one check saw of this node's GPUs.
+  struct Look {
+    std::map<int, int> rank_of_local;  // local rank -> rank
+    std::set<int> node_gpus;
+    std::map<int, std::set<int>> on;  // GPU -> local ranks that use it; unreadable ones left out
+    bool any_on_gpu = false;
+    std::map<int, GpuSource::Memory> memory;  // full checks only
+    std::vector<int> unused;                  // GPUs no local rank uses
+    std::string shared_key;                   // GPUs shared while others are unused; empty: none
+  };
   void Sample(GpuCheckOutput& out);
+  // One check: who uses which GPU, GPUs shared while others are unused,
+  // and on a full check idle GPUs, the figures and the report.
   void Check(absl::Time now, bool full, GpuCheckOutput& out);
+  Look ReadGpus(bool full, GpuCheckOutput& out);
+  void CheckShared(absl::Time now, Look& look, GpuCheckOutput& out);
+  std::string SharedWarning(Look& look, const std::vector<int>& shared);
+  void CheckIdle(absl::Time now, Look& look, GpuCheckOutput& out);
+  std::string IdleWarning(absl::Time now, Look& look, int gpu, const std::vector<int>& working);
+  void Report(absl::Time now, Look& look, GpuCheckOutput& out);
+  // A GPU's mean utilization in the window ("37%"), or "n/a" unsampled.
+  std::string Busy(int gpu);
   // The worker a process belongs to (itself or an ancestor); -1: none.
   int LocalRankOf(pid_t pid) const;
   void ReadError(int gpu, const absl::Status& status, GpuCheckOutput& out);

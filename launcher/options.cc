@@ -482,153 +482,204 @@ std::optional<bool> ToTorchBool(absl::string_view text) {
   return std::nullopt;
 }
 
-// `timeout_is_join`: torchrun's `timeout` key is this backend's join timeout
-// (static: its store's timeout; etcd, torchrun's v1: the whole rendezvous').
-absl::Status ApplyRdzvConf(const Given& given, bool timeout_is_join, RdzvConf& conf,
-                           std::vector<std::string>& warnings) {
+// One pass of --rdzv-conf over a RdzvConf: what it needs and what it found.
+struct RdzvConfPass {
+  RdzvConfPass(const Given& given_, bool timeout_is_join_, RdzvConf& conf_,
+               std::vector<std::string>& warnings_)
+      : given(given_), timeout_is_join(timeout_is_join_), conf(conf_), warnings(warnings_) {}
+
+  const Given& given;
+  // torchrun's `timeout` key is this backend's join timeout (static: its
+  // store's timeout; etcd, torchrun's v1: the whole rendezvous').
+  bool timeout_is_join;
+  RdzvConf& conf;
+  std::vector<std::string>& warnings;
+  std::string fix = absl::StrCat("give KEY=VALUE pairs separated by commas; keys: ", kRdzvConfKeys);
   std::optional<std::chrono::milliseconds> timeout;
   bool join_timeout_given = false;
-  static constexpr std::pair<absl::string_view, std::chrono::milliseconds RdzvConf::*>
-      kDurations[] = {
-          {"join_timeout", &RdzvConf::join_timeout},
-          {"last_call_timeout", &RdzvConf::last_call_timeout},
-          {"close_timeout", &RdzvConf::close_timeout},
-          {"heartbeat_timeout", &RdzvConf::heartbeat_timeout},
-          {"keep_alive_interval", &RdzvConf::keep_alive_interval},
-          {"read_timeout", &RdzvConf::read_timeout},
-      };
-  std::string fix = absl::StrCat("give KEY=VALUE pairs separated by commas; keys: ", kRdzvConfKeys);
+
+  absl::Status Invalid(absl::string_view what) const { return muster::Invalid(given, what, fix); }
+};
+
+// Keys of seconds.
+constexpr std::pair<absl::string_view, std::chrono::milliseconds RdzvConf::*> kDurationKeys[] = {
+    {"join_timeout", &RdzvConf::join_timeout},
+    {"last_call_timeout", &RdzvConf::last_call_timeout},
+    {"close_timeout", &RdzvConf::close_timeout},
+    {"heartbeat_timeout", &RdzvConf::heartbeat_timeout},
+    {"keep_alive_interval", &RdzvConf::keep_alive_interval},
+    {"read_timeout", &RdzvConf::read_timeout},
+};
+
+// Keys taken as text, read or checked when the launch starts. The second
+// spellings of the TLS files are torchrun's etcd-v2 backend's.
+constexpr std::pair<absl::string_view, std::string RdzvConf::*> kTextKeys[] = {
+    {"token_file", &RdzvConf::token_file},
+    {"cacert", &RdzvConf::cacert},
+    {"ca_cert", &RdzvConf::cacert},
+    {"cert", &RdzvConf::cert},
+    {"ssl_cert", &RdzvConf::cert},
+    {"key", &RdzvConf::key},
+    {"ssl_cert_key", &RdzvConf::key},
+    {"user", &RdzvConf::etcd_user},
+    {"password", &RdzvConf::etcd_password},
+    {"munge_socket", &RdzvConf::munge_socket},
+    {"event_log", &RdzvConf::event_log},
+    {"metrics_listen", &RdzvConf::metrics_listen},
+    {"metrics_password_file", &RdzvConf::metrics_password_file},
+};
+
+template <typename Table>
+auto FindKey(const Table& table, absl::string_view key) {
+  return std::find_if(std::begin(table), std::end(table),
+                      [&](const auto& entry) { return entry.first == key; });
+}
+
+// A key of seconds or of text; nullopt: not one of those.
+std::optional<absl::Status> ApplyTableKey(RdzvConfPass& pass, absl::string_view key,
+                                          absl::string_view value) {
+  if (auto text = FindKey(kTextKeys, key); text != std::end(kTextKeys)) {
+    pass.conf.*(text->second) = std::string(value);
+    return absl::OkStatus();
+  }
+  auto duration = FindKey(kDurationKeys, key);
+  if (duration == std::end(kDurationKeys)) return std::nullopt;
+  std::optional<double> seconds = ToDouble(value);
+  if (!seconds || *seconds < 0 || *seconds > kMaxSeconds) {
+    return pass.Invalid(absl::StrCat(key, " needs seconds >= 0, not ", Shown(value)));
+  }
+  if (key == "heartbeat_timeout" && *seconds < 1) {
+    // The rendezvous refuses it too: a node must be able to be declared dead.
+    return muster::Invalid(
+        pass.given, absl::StrCat("heartbeat_timeout needs at least 1 second, not ", Shown(value)),
+        "give heartbeat_timeout=1 or more (the default is 30)");
+  }
+  pass.conf.*(duration->second) = SecondsToMillis(*seconds);
+  pass.join_timeout_given |= key == "join_timeout";
+  return absl::OkStatus();
+}
+
+// keep_alive_max_attempt, metrics_port, timeout; nullopt: none of those.
+std::optional<absl::Status> ApplyNumberKey(RdzvConfPass& pass, absl::string_view key,
+                                           absl::string_view value) {
+  if (key == "keep_alive_max_attempt") {
+    std::optional<int64_t> attempts = ToInt(value);
+    if (!attempts || *attempts < 1 || *attempts > std::numeric_limits<int>::max()) {
+      return pass.Invalid(absl::StrCat(key, " needs an integer >= 1, not ", Shown(value)));
+    }
+    pass.conf.keep_alive_max_attempt = static_cast<int>(*attempts);
+  } else if (key == "metrics_port") {
+    std::optional<int64_t> port = ToInt(value);
+    if (!port || *port < 0 || *port > 65535) {
+      return pass.Invalid(absl::StrCat(key, " needs a port number 0..65535, not ", Shown(value)));
+    }
+    pass.conf.metrics_port = static_cast<int>(*port);
+  } else if (key == "timeout") {
+    // c10d (and etcd-v2) read it not at all, nor does muster's c10d.
+    if (!pass.timeout_is_join) return absl::OkStatus();
+    std::optional<double> seconds = ToDouble(value);
+    if (!seconds || *seconds <= 0 || *seconds > kMaxSeconds) {
+      return pass.Invalid(absl::StrCat(key, " needs seconds > 0, not ", Shown(value)));
+    }
+    pass.timeout = SecondsToMillis(*seconds);
+  } else {
+    return std::nullopt;
+  }
+  return absl::OkStatus();
+}
+
+// is_host, protocol, auth, store_type; nullopt: none of those.
+std::optional<absl::Status> ApplyChoiceKey(RdzvConfPass& pass, absl::string_view key,
+                                           absl::string_view value) {
+  if (key == "is_host") {
+    std::optional<bool> is_host = ToTorchBool(value);
+    if (!is_host) {
+      return pass.Invalid(
+          absl::StrCat(key, " needs 1, 0, true, false, yes or no, not ", Shown(value)));
+    }
+    pass.conf.is_host = *is_host;
+  } else if (key == "protocol") {
+    const std::string protocol = absl::AsciiStrToLower(value);
+    if (protocol != "http" && protocol != "https") {
+      return pass.Invalid(absl::StrCat("protocol needs http or https, not ", Shown(value)));
+    }
+    pass.conf.etcd_protocol = protocol;
+  } else if (key == "auth") {
+    if (value == "none") {
+      pass.conf.auth = RdzvAuth::kNone;
+    } else if (value == "token") {
+      pass.conf.auth = RdzvAuth::kToken;
+    } else if (value == "munge") {
+      pass.conf.auth = RdzvAuth::kMunge;
+    } else {
+      return pass.Invalid(absl::StrCat("auth needs none, token or munge, not ", Shown(value)));
+    }
+  } else if (key == "store_type") {
+    const std::string type = absl::AsciiStrToLower(value);
+    if (type != "tcp" && type != "file") {
+      return pass.Invalid(absl::StrCat("store_type needs tcp or file, not ", Shown(value)));
+    }
+    if (type == "file") {
+      pass.warnings.push_back(absl::StrCat(
+          pass.given.spec->name,
+          ": store_type=file is ignored: muster's rendezvous is a server of its own (an agent "
+          "or musterd), never a file"));
+    }
+  } else {
+    return std::nullopt;
+  }
+  return absl::OkStatus();
+}
+
+// A key muster does not read: an option given as a key (an error), one only
+// torchrun reads, or one nobody reads (warnings).
+absl::Status ApplyOtherKey(RdzvConfPass& pass, absl::string_view key) {
+  if (auto option = FindKey(kOptionNotRdzvKey, key); option != std::end(kOptionNotRdzvKey)) {
+    return muster::Invalid(pass.given,
+                           absl::StrCat(key, " is not a rendezvous setting but an option"),
+                           absl::StrCat("give ", option->second, " instead"));
+  }
+  if (auto torchrun =
+          std::find_if(std::begin(kTorchrunOnlyRdzvKeys), std::end(kTorchrunOnlyRdzvKeys),
+                       [&](const TorchrunOnlyKey& entry) { return entry.key == key; });
+      torchrun != std::end(kTorchrunOnlyRdzvKeys)) {
+    if (!torchrun->note.empty()) {
+      pass.warnings.push_back(absl::StrCat(pass.given.spec->name, ": ", key, " ", torchrun->note));
+    }
+    return absl::OkStatus();
+  }
+  // torchrun ignores a key no backend reads; so does muster, but says so.
+  pass.warnings.push_back(
+      absl::StrCat(pass.given.spec->name, ": ignoring the unknown key ", Shown(key),
+                   " (neither muster nor torchrun reads it; muster's keys: ", kRdzvConfKeys, ")"));
+  return absl::OkStatus();
+}
+
+// `timeout_is_join`: see RdzvConfPass.
+absl::Status ApplyRdzvConf(const Given& given, bool timeout_is_join, RdzvConf& conf,
+                           std::vector<std::string>& warnings) {
+  RdzvConfPass pass(given, timeout_is_join, conf, warnings);
   absl::string_view text = absl::StripAsciiWhitespace(given.value);
   if (text.empty()) return absl::OkStatus();
   for (absl::string_view item : absl::StrSplit(text, ',')) {
     item = absl::StripAsciiWhitespace(item);
-    if (item.empty()) return Invalid(given, "an empty entry", fix);
+    if (item.empty()) return pass.Invalid("an empty entry");
     size_t equals = item.find('=');
     if (equals == absl::string_view::npos) {
-      return Invalid(given, absl::StrCat(Shown(item), " has no '='"), fix);
+      return pass.Invalid(absl::StrCat(Shown(item), " has no '='"));
     }
     absl::string_view key = absl::StripAsciiWhitespace(item.substr(0, equals));
     absl::string_view value = absl::StripAsciiWhitespace(item.substr(equals + 1));
-    if (key.empty()) return Invalid(given, absl::StrCat(Shown(item), " has no key"), fix);
-    if (value.empty()) return Invalid(given, absl::StrCat(Shown(key), " has no value"), fix);
-
-    auto duration = std::find_if(std::begin(kDurations), std::end(kDurations),
-                                 [&](const auto& entry) { return entry.first == key; });
-    if (duration != std::end(kDurations)) {
-      std::optional<double> seconds = ToDouble(value);
-      if (!seconds || *seconds < 0 || *seconds > kMaxSeconds) {
-        return Invalid(given, absl::StrCat(key, " needs seconds >= 0, not ", Shown(value)), fix);
-      }
-      if (key == "heartbeat_timeout" && *seconds < 1) {
-        // The rendezvous refuses it too: a node must be able to be declared dead.
-        return Invalid(
-            given, absl::StrCat("heartbeat_timeout needs at least 1 second, not ", Shown(value)),
-            "give heartbeat_timeout=1 or more (the default is 30)");
-      }
-      conf.*(duration->second) = SecondsToMillis(*seconds);
-      join_timeout_given |= key == "join_timeout";
-    } else if (key == "keep_alive_max_attempt") {
-      std::optional<int64_t> attempts = ToInt(value);
-      if (!attempts || *attempts < 1 || *attempts > std::numeric_limits<int>::max()) {
-        return Invalid(given, absl::StrCat(key, " needs an integer >= 1, not ", Shown(value)), fix);
-      }
-      conf.keep_alive_max_attempt = static_cast<int>(*attempts);
-    } else if (key == "is_host") {
-      std::optional<bool> is_host = ToTorchBool(value);
-      if (!is_host) {
-        return Invalid(given,
-                       absl::StrCat(key, " needs 1, 0, true, false, yes or no, not ", Shown(value)),
-                       fix);
-      }
-      conf.is_host = *is_host;
-    } else if (key == "token_file") {
-      conf.token_file = std::string(value);  // read (and checked) when the launch starts
-    } else if (key == "cacert" || key == "ca_cert") {
-      // Read (and checked, with cert and key) when the launch starts. The
-      // second spellings are torchrun's etcd-v2 backend's.
-      conf.cacert = std::string(value);
-    } else if (key == "cert" || key == "ssl_cert") {
-      conf.cert = std::string(value);
-    } else if (key == "key" || key == "ssl_cert_key") {
-      conf.key = std::string(value);
-    } else if (key == "user") {
-      conf.etcd_user = std::string(value);
-    } else if (key == "password") {
-      conf.etcd_password = std::string(value);
-    } else if (key == "protocol") {
-      const std::string protocol = absl::AsciiStrToLower(value);
-      if (protocol != "http" && protocol != "https") {
-        return Invalid(given, absl::StrCat("protocol needs http or https, not ", Shown(value)),
-                       fix);
-      }
-      conf.etcd_protocol = protocol;
-    } else if (key == "auth") {
-      if (value == "none") {
-        conf.auth = RdzvAuth::kNone;
-      } else if (value == "token") {
-        conf.auth = RdzvAuth::kToken;
-      } else if (value == "munge") {
-        conf.auth = RdzvAuth::kMunge;
-      } else {
-        return Invalid(given, absl::StrCat("auth needs none, token or munge, not ", Shown(value)),
-                       fix);
-      }
-    } else if (key == "munge_socket") {
-      conf.munge_socket = std::string(value);
-    } else if (key == "event_log") {
-      conf.event_log = std::string(value);  // opened when the launch starts
-    } else if (key == "metrics_port") {
-      std::optional<int64_t> port = ToInt(value);
-      if (!port || *port < 0 || *port > 65535) {
-        return Invalid(given,
-                       absl::StrCat(key, " needs a port number 0..65535, not ", Shown(value)), fix);
-      }
-      conf.metrics_port = static_cast<int>(*port);
-    } else if (key == "metrics_listen") {
-      conf.metrics_listen = std::string(value);  // checked when the metrics start
-    } else if (key == "metrics_password_file") {
-      conf.metrics_password_file = std::string(value);  // read when the launch starts
-    } else if (key == "timeout") {
-      // c10d (and etcd-v2) read it not at all, nor does muster's c10d.
-      if (!timeout_is_join) continue;
-      std::optional<double> seconds = ToDouble(value);
-      if (!seconds || *seconds <= 0 || *seconds > kMaxSeconds) {
-        return Invalid(given, absl::StrCat(key, " needs seconds > 0, not ", Shown(value)), fix);
-      }
-      timeout = SecondsToMillis(*seconds);
-    } else if (key == "store_type") {
-      const std::string type = absl::AsciiStrToLower(value);
-      if (type != "tcp" && type != "file") {
-        return Invalid(given, absl::StrCat("store_type needs tcp or file, not ", Shown(value)),
-                       fix);
-      }
-      if (type == "file") {
-        warnings.push_back(absl::StrCat(
-            given.spec->name,
-            ": store_type=file is ignored: muster's rendezvous is a server of its own (an agent "
-            "or musterd), never a file"));
-      }
-    } else if (auto option =
-                   std::find_if(std::begin(kOptionNotRdzvKey), std::end(kOptionNotRdzvKey),
-                                [&](const auto& entry) { return entry.first == key; });
-               option != std::end(kOptionNotRdzvKey)) {
-      return Invalid(given, absl::StrCat(key, " is not a rendezvous setting but an option"),
-                     absl::StrCat("give ", option->second, " instead"));
-    } else if (auto torchrun =
-                   std::find_if(std::begin(kTorchrunOnlyRdzvKeys), std::end(kTorchrunOnlyRdzvKeys),
-                                [&](const TorchrunOnlyKey& entry) { return entry.key == key; });
-               torchrun != std::end(kTorchrunOnlyRdzvKeys)) {
-      if (!torchrun->note.empty()) {
-        warnings.push_back(absl::StrCat(given.spec->name, ": ", key, " ", torchrun->note));
-      }
-    } else {
-      // torchrun ignores a key no backend reads; so does muster, but says so.
-      warnings.push_back(absl::StrCat(
-          given.spec->name, ": ignoring the unknown key ", Shown(key),
-          " (neither muster nor torchrun reads it; muster's keys: ", kRdzvConfKeys, ")"));
-    }
+    if (key.empty()) return pass.Invalid(absl::StrCat(Shown(item), " has no key"));
+    if (value.empty()) return pass.Invalid(absl::StrCat(Shown(key), " has no value"));
+    std::optional<absl::Status> applied = ApplyTableKey(pass, key, value);
+    if (!applied) applied = ApplyNumberKey(pass, key, value);
+    if (!applied) applied = ApplyChoiceKey(pass, key, value);
+    if (!applied) applied = ApplyOtherKey(pass, key);
+    MUSTER_RETURN_IF_ERROR(*applied);
   }
-  if (timeout && timeout_is_join && !join_timeout_given) conf.join_timeout = *timeout;
+  if (pass.timeout && timeout_is_join && !pass.join_timeout_given)
+    conf.join_timeout = *pass.timeout;
   return absl::OkStatus();
 }
 

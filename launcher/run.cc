@@ -28,6 +28,7 @@
 #include "common/metrics_server.h"
 #include "common/open_files.h"
 #include "common/process_env.h"
+#include "common/status.h"
 #include "launcher/local_address.h"
 #include "launcher/nproc.h"
 #include "launcher/program.h"
@@ -325,142 +326,175 @@ absl::StatusOr<Rendezvous> SetUpEtcdRendezvous(const LaunchConfig& config,
   return out;
 }
 
+// What a launch settles before any thread starts: the workers, their
+// program, the pre-flight check, the event log, the rendezvous' kind and
+// credential. Errors are usage errors.
+struct LaunchPlan {
+  int nproc = 0;
+  Program program;
+  std::string allreduce;  // --preflight: muster-allreduce's path
+  UniqueFd event_log;
+  bool static_backend = false;
+  bool one_node = false;  // standalone or static: nobody else reaches the rendezvous
+  bool on_etcd = false;
+  RdzvCredential credential;
+};
+
+// How many workers, what they run, and the pre-flight checker.
+absl::Status PlanWorkers(LaunchConfig& config, LaunchPlan* plan) {
+  const int gpus = CountVisibleGpus(GetEnv("CUDA_VISIBLE_DEVICES"));
+  absl::StatusOr<int> nproc =
+      ResolveNproc(config.nproc_kind, config.nproc_per_node, gpus, UsableCpus());
+  if (!nproc.ok()) return Usage(nproc.status());
+  plan->nproc = *nproc;
+  if (config.virtual_local_rank) {
+    const std::string problem = VirtualLocalRankProblem(GetEnv("CUDA_VISIBLE_DEVICES"), *nproc);
+    if (!problem.empty()) return absl::InvalidArgumentError(problem);
+  }
+  const std::string path = GetEnv("PATH").value_or("/usr/bin:/bin");
+  absl::StatusOr<Program> program = ResolveProgram({config.script, config.module, config.no_python,
+                                                    path, SelfDirectory(), GetEnv("PYTHON_EXEC")});
+  if (!program.ok()) return program.status();
+  config.no_python = program->no_python;
+  plan->program = *std::move(program);
+  if (!config.preflight) return absl::OkStatus();
+  // muster's own first: the one built with it.
+  absl::StatusOr<std::string> found =
+      ResolveExecutable("muster-allreduce", absl::StrCat(SelfDirectory(), ":", path));
+  if (!found.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--preflight allreduce: muster-allreduce is neither beside muster (", SelfDirectory(),
+        ") nor on PATH; install it with muster, or drop --preflight"));
+  }
+  plan->allreduce = *found;
+  return absl::OkStatus();
+}
+
+// The event log, the rendezvous' kind, and the credential and TLS files it
+// is reached with, read and checked.
+absl::Status PlanRendezvous(const LaunchConfig& config, const LaunchPlan& workers,
+                            LaunchPlan* plan) {
+  if (!config.rdzv_conf.event_log.empty()) {
+    absl::StatusOr<OpenedEventLog> opened =
+        OpenEventLog(config.rdzv_conf.event_log, "--rdzv-conf event_log");
+    if (!opened.ok()) return opened.status();
+    if (opened->warning) std::fprintf(stderr, "muster: warning: %s\n", opened->warning->c_str());
+    plan->event_log = std::move(opened->fd);
+  }
+  plan->static_backend = config.rdzv_backend == RdzvBackend::kStatic && !config.standalone;
+  if (plan->static_backend && config.min_nodes != config.max_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes ", config.min_nodes, ":", config.max_nodes,
+        " needs a rendezvous; the static backend runs a fixed number of nodes: give --nnodes N, "
+        "or --rdzv-backend c10d"));
+  }
+  if (workers.nproc > 1 && !GetEnv("OMP_NUM_THREADS")) {
+    std::fprintf(stderr,
+                 "muster: setting OMP_NUM_THREADS=1 for each worker (it was unset); set it "
+                 "yourself to tune CPU threads\n");
+  }
+  plan->one_node = config.standalone || plan->static_backend;
+  plan->on_etcd = config.rdzv_backend == RdzvBackend::kEtcd && !config.standalone;
+  if (!plan->on_etcd && (!plan->one_node || !config.rdzv_conf.token_file.empty())) {
+    // One node listens on no port: munge has nothing to prove there.
+    absl::StatusOr<RdzvCredential> read = ReadRdzvCredential(config);
+    if (!read.ok()) return read.status();
+    plan->credential = *std::move(read);
+  }
+  const rdzv::TlsFiles tls{config.rdzv_conf.cacert, config.rdzv_conf.cert, config.rdzv_conf.key};
+  if (!plan->one_node && !tls.empty()) {
+    if (absl::Status checked = rdzv::ClientTlsCredentials(tls).status(); !checked.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rendezvous TLS (--rdzv-conf cacert, cert, key): ", checked.message()));
+    }
+    plan->credential.tls = tls;
+  }
+  return absl::OkStatus();
+}
+
+// The agent's /metrics (--rdzv-conf metrics_port=), when asked for.
+struct AgentMetricsEndpoint {
+  std::unique_ptr<MetricsServer> server;
+  std::shared_ptr<AgentMetrics> metrics;
+  std::string auth;  // how it asks for its password, for the start line
+};
+
+absl::StatusOr<AgentMetricsEndpoint> StartAgentMetrics(const LaunchConfig& config,
+                                                       const RdzvCredential& credential) {
+  AgentMetricsEndpoint out;
+  if (!config.rdzv_conf.metrics_port) return out;
+  absl::StatusOr<std::string> password = rdzv::MetricsPassword(
+      config.rdzv_conf.metrics_password_file, credential.token, config.rdzv_conf.metrics_listen,
+      "--rdzv-conf metrics_password_file", "--rdzv-conf metrics_listen");
+  if (!password.ok()) return password.status();
+  out.auth = rdzv::DescribeMetricsAuth(config.rdzv_conf.metrics_password_file, *password,
+                                       "metrics_password_file");
+  absl::StatusOr<std::unique_ptr<MetricsServer>> started =
+      MetricsServer::Start({.listen = config.rdzv_conf.metrics_listen,
+                            .port = *config.rdzv_conf.metrics_port,
+                            .password = *password,
+                            .listen_option = "--rdzv-conf metrics_listen",
+                            .port_option = "--rdzv-conf metrics_port"});
+  if (!started.ok()) return started.status();
+  out.server = *std::move(started);
+  out.metrics = std::make_shared<AgentMetrics>(config.rdzv_id, Clock::Real());
+  out.server->Add(out.metrics);
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   const std::optional<std::string> log_level = GetEnv("MUSTER_LOG_LEVEL");
   if (log_level) SetLogLevel(spdlog::level::from_str(*log_level));
   if (absl::Status id = rdzv::ValidateJobId(config.rdzv_id); !id.ok()) return Usage(id);
-
-  const int gpus = CountVisibleGpus(GetEnv("CUDA_VISIBLE_DEVICES"));
-  absl::StatusOr<int> nproc =
-      ResolveNproc(config.nproc_kind, config.nproc_per_node, gpus, UsableCpus());
-  if (!nproc.ok()) return Usage(nproc.status());
-  if (config.virtual_local_rank) {
-    const std::string problem = VirtualLocalRankProblem(GetEnv("CUDA_VISIBLE_DEVICES"), *nproc);
-    if (!problem.empty()) return absl::InvalidArgumentError(problem);
-  }
-
-  const std::string path = GetEnv("PATH").value_or("/usr/bin:/bin");
-  absl::StatusOr<Program> program = ResolveProgram({config.script, config.module, config.no_python,
-                                                    path, SelfDirectory(), GetEnv("PYTHON_EXEC")});
-  if (!program.ok()) return program.status();
-  config.no_python = program->no_python;
-  std::string allreduce;
-  if (config.preflight) {
-    // muster's own first: the one built with it.
-    absl::StatusOr<std::string> found =
-        ResolveExecutable("muster-allreduce", absl::StrCat(SelfDirectory(), ":", path));
-    if (!found.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--preflight allreduce: muster-allreduce is neither beside muster (", SelfDirectory(),
-          ") nor on PATH; install it with muster, or drop --preflight"));
-    }
-    allreduce = *found;
-  }
-
-  UniqueFd event_log;
-  if (!config.rdzv_conf.event_log.empty()) {
-    absl::StatusOr<OpenedEventLog> opened =
-        OpenEventLog(config.rdzv_conf.event_log, "--rdzv-conf event_log");
-    if (!opened.ok()) return opened.status();
-    if (opened->warning) std::fprintf(stderr, "muster: warning: %s\n", opened->warning->c_str());
-    event_log = std::move(opened->fd);
-  }
-
-  const bool static_backend = config.rdzv_backend == RdzvBackend::kStatic && !config.standalone;
-  if (static_backend && config.min_nodes != config.max_nodes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--nnodes ", config.min_nodes, ":", config.max_nodes,
-        " needs a rendezvous; the static backend runs a fixed number of nodes: give --nnodes N, "
-        "or --rdzv-backend c10d"));
-  }
-  if (*nproc > 1 && !GetEnv("OMP_NUM_THREADS")) {
-    std::fprintf(stderr,
-                 "muster: setting OMP_NUM_THREADS=1 for each worker (it was unset); set it "
-                 "yourself to tune CPU threads\n");
-  }
-
-  const bool one_node = config.standalone || static_backend;
-  const bool on_etcd = config.rdzv_backend == RdzvBackend::kEtcd && !config.standalone;
-  RdzvCredential credential;
-  if (!on_etcd && (!one_node || !config.rdzv_conf.token_file.empty())) {
-    // One node listens on no port: munge has nothing to prove there.
-    absl::StatusOr<RdzvCredential> read = ReadRdzvCredential(config);
-    if (!read.ok()) return read.status();
-    credential = *std::move(read);
-  }
-  const rdzv::TlsFiles tls{config.rdzv_conf.cacert, config.rdzv_conf.cert, config.rdzv_conf.key};
-  if (!one_node && !tls.empty()) {
-    if (absl::Status checked = rdzv::ClientTlsCredentials(tls).status(); !checked.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rendezvous TLS (--rdzv-conf cacert, cert, key): ", checked.message()));
-    }
-    credential.tls = tls;
-  }
+  LaunchPlan plan;
+  MUSTER_RETURN_IF_ERROR(PlanWorkers(config, &plan));
+  MUSTER_RETURN_IF_ERROR(PlanRendezvous(config, plan, &plan));
 
   // From here on other threads exist (gRPC's, the metrics'): block the
   // signals the agent reads first.
   BlockAgentSignals(config);
-  std::unique_ptr<MetricsServer> metrics;
-  std::shared_ptr<AgentMetrics> agent_metrics;
-  std::string metrics_auth;  // for the start line
-  if (config.rdzv_conf.metrics_port) {
-    absl::StatusOr<std::string> password = rdzv::MetricsPassword(
-        config.rdzv_conf.metrics_password_file, credential.token, config.rdzv_conf.metrics_listen,
-        "--rdzv-conf metrics_password_file", "--rdzv-conf metrics_listen");
-    if (!password.ok()) return password.status();
-    metrics_auth = rdzv::DescribeMetricsAuth(config.rdzv_conf.metrics_password_file, *password,
-                                             "metrics_password_file");
-    absl::StatusOr<std::unique_ptr<MetricsServer>> started =
-        MetricsServer::Start({.listen = config.rdzv_conf.metrics_listen,
-                              .port = *config.rdzv_conf.metrics_port,
-                              .password = *password,
-                              .listen_option = "--rdzv-conf metrics_listen",
-                              .port_option = "--rdzv-conf metrics_port"});
-    if (!started.ok()) return started.status();
-    metrics = *std::move(started);
-    agent_metrics = std::make_shared<AgentMetrics>(config.rdzv_id, Clock::Real());
-    metrics->Add(agent_metrics);
-  }
+  absl::StatusOr<AgentMetricsEndpoint> metrics = StartAgentMetrics(config, plan.credential);
+  if (!metrics.ok()) return metrics.status();
   rdzv::RouteGrpcLogsToSpdlog();
   absl::StatusOr<Rendezvous> rendezvous =
-      on_etcd ? SetUpEtcdRendezvous(config, credential.tls)
-              : SetUpRendezvous(config, one_node, !log_level, credential);
+      plan.on_etcd ? SetUpEtcdRendezvous(config, plan.credential.tls)
+                   : SetUpRendezvous(config, plan.one_node, !log_level, plan.credential);
   if (!rendezvous.ok()) {
-    if (metrics != nullptr) MetricsServer::LeaveToExit(std::move(metrics));
+    if (metrics->server != nullptr) MetricsServer::LeaveToExit(std::move(metrics->server));
     return rendezvous.status();
   }
-  if (metrics != nullptr) {
+  if (metrics->server != nullptr) {
     // A hosting agent tells what its rendezvous holds too (a standalone
     // one's takes no calls: only its jobs' figures).
-    if (rendezvous->hosted != nullptr) metrics->Add(rendezvous->hosted->Metrics());
+    if (rendezvous->hosted != nullptr) metrics->server->Add(rendezvous->hosted->Metrics());
     Logger("agent")->info(
-        "metrics: {} ({}{})", metrics->url(),
+        "metrics: {} ({}{})", metrics->server->url(),
         rendezvous->hosted != nullptr ? "this agent's and its rendezvous'" : "this agent's",
-        metrics_auth.empty() ? "" : "; ", metrics_auth);
+        metrics->auth.empty() ? "" : "; ", metrics->auth);
   }
 
   AgentOptions options;
   options.config = std::move(config);
-  options.nproc = *nproc;
-  options.program = program->path;
+  options.nproc = plan.nproc;
+  options.program = plan.program.path;
   options.host = HostName();
   options.advertised_addr = options.config.local_addr;
   // No server sees an etcd agent's address: its host name stands for it.
-  if (on_etcd && options.advertised_addr.empty()) options.advertised_addr = options.host;
+  if (plan.on_etcd && options.advertised_addr.empty()) options.advertised_addr = options.host;
   options.hosts_rendezvous = rendezvous->hosted != nullptr;
-  options.static_ranks = static_backend;
+  options.static_ranks = plan.static_backend;
   options.base_env = EnvironmentEntries();
-  options.event_log = std::move(event_log);
-  options.metrics = agent_metrics;
-  options.allreduce = allreduce;
+  options.event_log = std::move(plan.event_log);
+  options.metrics = metrics->metrics;
+  options.allreduce = plan.allreduce;
   absl::StatusOr<int> code = kExitWorkersFailed;
   {
     Agent agent(std::move(options), std::move(rendezvous->client));
     code = agent.Run();
   }
-  if (metrics != nullptr) MetricsServer::LeaveToExit(std::move(metrics));
+  if (metrics->server != nullptr) MetricsServer::LeaveToExit(std::move(metrics->server));
   rendezvous->Shutdown();
   if (!code.ok()) {
     std::fprintf(stderr, "muster: error: %s\n", std::string(code.status().message()).c_str());
