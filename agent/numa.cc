@@ -190,6 +190,93 @@ std::string FormatCpuList(const std::vector<int>& cpus) {
   return absl::StrJoin(ranges, ",");
 }
 
+namespace {
+
+// The CUDA devices the workers see, in CUDA's order, as indexes into
+// `gpus`; `unbound` says why there is no binding instead.
+struct VisibleGpus {
+  std::vector<int> devices;
+  std::string unbound;
+};
+
+VisibleGpus ListVisible(const std::vector<Gpu>& gpus,
+                        const std::optional<std::string>& visible_devices) {
+  VisibleGpus out;
+  if (!visible_devices) {
+    for (int i = 0; i < static_cast<int>(gpus.size()); ++i) out.devices.push_back(i);
+    return out;
+  }
+  for (absl::string_view item : absl::StrSplit(*visible_devices, ',')) {
+    std::optional<int> index = ToInt(item);
+    if (!index || *index < 0 || *index >= static_cast<int>(gpus.size())) {
+      out.unbound = absl::StrCat("CUDA_VISIBLE_DEVICES=", *visible_devices,
+                                 " names a device other than by its index among the ", gpus.size(),
+                                 " GPUs sysfs shows (a UUID or MIG instance?)");
+      return out;
+    }
+    out.devices.push_back(*index);
+  }
+  return out;
+}
+
+// The CPUs and memory nodes of a rank whose GPU is on NUMA node `node`,
+// the `index_on_node`th of `peers` workers' GPUs there; or why none.
+std::optional<std::string> BindRank(NumaBinding binding, const Topology& topology, int node,
+                                    const std::set<int>& node_cpus, int peers, int index_on_node,
+                                    CpuBinding* out) {
+  CpuBinding& bound = *out;
+  std::set<int> memory_nodes = {node};
+  switch (binding) {
+    case NumaBinding::kNone: break;
+    case NumaBinding::kNode: bound.cpus.assign(node_cpus.begin(), node_cpus.end()); break;
+    case NumaBinding::kSocket: {
+      const std::optional<int> socket = topology.Package(*node_cpus.begin());
+      if (!socket) return std::string("sysfs shows no physical_package_id for the CPUs");
+      std::set<int> cpus;
+      for (const auto& [other, other_cpus] : topology.node_cpus()) {
+        if (topology.Package(*other_cpus.begin()) != socket) continue;
+        cpus.insert(other_cpus.begin(), other_cpus.end());
+        memory_nodes.insert(other);
+      }
+      bound.cpus.assign(cpus.begin(), cpus.end());
+      break;
+    }
+    case NumaBinding::kExclusive: {
+      auto cores = GroupBy(node_cpus, [&](int cpu) { return topology.Core(cpu); });
+      if (!cores) return std::string("sysfs shows no thread_siblings_list for the CPUs");
+      const int count = static_cast<int>(cores->size());
+      if (count < peers) {
+        return std::string(absl::StrCat("NUMA node ", node, " has ", count,
+                                        " physical core(s) of this agent's for ", peers,
+                                        " GPUs: none left to give each its own"));
+      }
+      const int share = count / peers, extra = count % peers;
+      const int first = index_on_node * share + std::min(index_on_node, extra);
+      const int taken = share + (index_on_node < extra ? 1 : 0);
+      for (int core = first; core < first + taken; ++core) {
+        bound.cpus.insert(bound.cpus.end(), (*cores)[core].begin(), (*cores)[core].end());
+      }
+      std::sort(bound.cpus.begin(), bound.cpus.end());
+      break;
+    }
+    case NumaBinding::kCoreComplex: {
+      auto complexes = GroupBy(node_cpus, [&](int cpu) { return topology.LastLevelCache(cpu); });
+      if (!complexes || complexes->empty()) {
+        return std::string("sysfs shows no cache topology (cpu*/cache/index*) for the CPUs");
+      }
+      // Largest first; equal sizes in the order of their first CPU (stable).
+      std::stable_sort(complexes->begin(), complexes->end(),
+                       [](const auto& a, const auto& b) { return a.size() > b.size(); });
+      bound.cpus = (*complexes)[index_on_node % complexes->size()];
+      break;
+    }
+  }
+  bound.memory_nodes.assign(memory_nodes.begin(), memory_nodes.end());
+  return std::nullopt;
+}
+
+}  // namespace
+
 absl::StatusOr<NumaPlan> PlanNumaBinding(NumaBinding binding, const std::string& sysfs,
                                          const std::set<int>& allowed_cpus,
                                          const std::optional<std::string>& visible_devices,
@@ -197,21 +284,9 @@ absl::StatusOr<NumaPlan> PlanNumaBinding(NumaBinding binding, const std::string&
   if (binding == NumaBinding::kNone) return Unbound("no binding asked for");
   const std::vector<Gpu> gpus = ListGpus(sysfs);
   if (gpus.empty()) return Unbound(absl::StrCat("no NVIDIA GPU in ", sysfs, "/bus/pci/devices"));
-  // The CUDA devices the workers see, in CUDA's order, as indexes into gpus.
-  std::vector<int> devices;
-  if (visible_devices) {
-    for (absl::string_view item : absl::StrSplit(*visible_devices, ',')) {
-      std::optional<int> index = ToInt(item);
-      if (!index || *index < 0 || *index >= static_cast<int>(gpus.size())) {
-        return Unbound(absl::StrCat("CUDA_VISIBLE_DEVICES=", *visible_devices,
-                                    " names a device other than by its index among the ",
-                                    gpus.size(), " GPUs sysfs shows (a UUID or MIG instance?)"));
-      }
-      devices.push_back(*index);
-    }
-  } else {
-    for (int i = 0; i < static_cast<int>(gpus.size()); ++i) devices.push_back(i);
-  }
+  const VisibleGpus visible = ListVisible(gpus, visible_devices);
+  if (!visible.unbound.empty()) return Unbound(visible.unbound);
+  const std::vector<int>& devices = visible.devices;
   if (nproc > static_cast<int>(devices.size())) {
     return Unbound(absl::StrCat(nproc, " workers for ", devices.size(),
                                 " GPU(s): a worker would have no GPU to be near"));
@@ -242,53 +317,10 @@ absl::StatusOr<NumaPlan> PlanNumaBinding(NumaBinding binding, const std::string&
       ++peers;
     }
     CpuBinding bound;
-    std::set<int> memory_nodes = {node};
-    switch (binding) {
-      case NumaBinding::kNone: break;
-      case NumaBinding::kNode: bound.cpus.assign(node_cpus.begin(), node_cpus.end()); break;
-      case NumaBinding::kSocket: {
-        const std::optional<int> socket = topology.Package(*node_cpus.begin());
-        if (!socket) return Unbound("sysfs shows no physical_package_id for the CPUs");
-        std::set<int> cpus;
-        for (const auto& [other, other_cpus] : topology.node_cpus()) {
-          if (topology.Package(*other_cpus.begin()) != socket) continue;
-          cpus.insert(other_cpus.begin(), other_cpus.end());
-          memory_nodes.insert(other);
-        }
-        bound.cpus.assign(cpus.begin(), cpus.end());
-        break;
-      }
-      case NumaBinding::kExclusive: {
-        auto cores = GroupBy(node_cpus, [&](int cpu) { return topology.Core(cpu); });
-        if (!cores) return Unbound("sysfs shows no thread_siblings_list for the CPUs");
-        const int count = static_cast<int>(cores->size());
-        if (count < peers) {
-          return Unbound(absl::StrCat("NUMA node ", node, " has ", count,
-                                      " physical core(s) of this agent's for ", peers,
-                                      " GPUs: none left to give each its own"));
-        }
-        const int share = count / peers, extra = count % peers;
-        const int first = index_on_node * share + std::min(index_on_node, extra);
-        const int taken = share + (index_on_node < extra ? 1 : 0);
-        for (int core = first; core < first + taken; ++core) {
-          bound.cpus.insert(bound.cpus.end(), (*cores)[core].begin(), (*cores)[core].end());
-        }
-        std::sort(bound.cpus.begin(), bound.cpus.end());
-        break;
-      }
-      case NumaBinding::kCoreComplex: {
-        auto complexes = GroupBy(node_cpus, [&](int cpu) { return topology.LastLevelCache(cpu); });
-        if (!complexes || complexes->empty()) {
-          return Unbound("sysfs shows no cache topology (cpu*/cache/index*) for the CPUs");
-        }
-        // Largest first; equal sizes in the order of their first CPU (stable).
-        std::stable_sort(complexes->begin(), complexes->end(),
-                         [](const auto& a, const auto& b) { return a.size() > b.size(); });
-        bound.cpus = (*complexes)[index_on_node % complexes->size()];
-        break;
-      }
+    if (std::optional<std::string> unbound =
+            BindRank(binding, topology, node, node_cpus, peers, index_on_node, &bound)) {
+      return Unbound(*std::move(unbound));
     }
-    bound.memory_nodes.assign(memory_nodes.begin(), memory_nodes.end());
     plan.per_rank.push_back(std::move(bound));
   }
   return plan;

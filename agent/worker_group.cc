@@ -73,17 +73,8 @@ WorkerGroup::~WorkerGroup() {
   workers_.clear();  // each Process kills and reaps its child if still running
 }
 
-WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int attempt,
-                                        const Instead* instead) {
+void WorkerGroup::OpenDuplicators(const std::string& attempt_dir) {
   const LaunchConfig& config = *options_.config;
-  const std::string attempt_dir = instead != nullptr
-                                      ? absl::StrCat(options_.run_dir, "/", instead->dir)
-                                      : absl::StrCat(options_.run_dir, "/attempt_", attempt);
-  for (Worker& worker : workers_) DrainAndClose(worker);
-  workers_.clear();
-  // Reserved: the output readers hold pointers to the workers.
-  workers_.reserve(options_.nproc);
-  Started started;
   // torchrun's attempt_<n>/filtered_std{out,err}.log, shared by the attempt's workers.
   auto duplicator = [&](const std::vector<std::string>& filters, const char* file,
                         std::optional<LineDuplicator>& slot) {
@@ -98,81 +89,111 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
   };
   duplicator(config.duplicate_stdout_filters, "filtered_stdout.log", duplicate_out_);
   duplicator(config.duplicate_stderr_filters, "filtered_stderr.log", duplicate_err_);
+}
+
+SpawnOptions WorkerGroup::SpawnFor(const NodePlacement& placement, const Worker& worker,
+                                   const Instead* instead) const {
+  const LaunchConfig& config = *options_.config;
+  WorkerIdentity identity;
+  identity.local_rank = worker.local_rank;
+  identity.local_world_size = options_.nproc;
+  identity.run_id = config.rdzv_id;
+  identity.role = config.role;
+  identity.error_file = worker.error_file;
+  identity.signals_to_handle = config.signals_to_handle_text;
+  identity.virtual_local_rank = config.virtual_local_rank;
+  SpawnOptions spawn;
+  spawn.path = instead != nullptr ? instead->argv.at(0) : options_.program;
+  spawn.argv = instead != nullptr ? instead->argv
+                                  : WorkerCommand(config, options_.program, worker.local_rank);
+  spawn.env = WorkerEnvironment(options_.base_env, placement, identity);
+  if (static_cast<size_t>(worker.local_rank) < options_.numa.size()) {
+    spawn.cpus = options_.numa[worker.local_rank].cpus;
+    spawn.memory_nodes = options_.numa[worker.local_rank].memory_nodes;
+  }
+  return spawn;
+}
+
+std::optional<WorkerFailure> WorkerGroup::StartWorker(const NodePlacement& placement,
+                                                      int local_rank,
+                                                      const std::string& attempt_dir,
+                                                      const Instead* instead) {
+  const LaunchConfig& config = *options_.config;
+  Worker& worker = workers_.emplace_back();
+  worker.local_rank = local_rank;
+  worker.rank = placement.rank_base + local_rank;
+  const std::string rank_dir = absl::StrCat(attempt_dir, "/", local_rank);
+  worker.error_file = rank_dir + "/error.json";
+  absl::Status dir = MakeDirs(rank_dir);
+  if (!dir.ok()) logger_->warn("cannot create {}: {}", rank_dir, dir.message());
+
+  const StdRedirect redirect = config.redirects.For(local_rank);
+  const StdRedirect tee = config.tee.For(local_rank);
+  const bool shown = !config.local_ranks_filter || config.local_ranks_filter->contains(local_rank);
+  auto open_log = [&](bool wanted, const char* file) {
+    if (!wanted) return UniqueFd();
+    absl::StatusOr<UniqueFd> opened = OpenLogFile(absl::StrCat(rank_dir, "/", file));
+    if (opened.ok()) return *std::move(opened);
+    logger_->warn("{}", opened.status().message());
+    return UniqueFd();
+  };
+  UniqueFd out_log = open_log(redirect.out || tee.out, "stdout.log");
+  UniqueFd err_log = open_log(redirect.err || tee.err, "stderr.log");
+
+  absl::StatusOr<std::unique_ptr<Process>> child =
+      runner_.Spawn(SpawnFor(placement, worker, instead));
+  if (!child.ok()) {
+    // Nothing to supervise for this rank: it counts as a failed worker.
+    Worker failed;
+    failed.local_rank = local_rank;
+    failed.rank = worker.rank;
+    workers_.pop_back();
+    WorkerFailure failure =
+        Describe(failed, ExitStatus{127, 0}, std::string(child.status().message()));
+    failure.agent_out_of_resources = absl::IsResourceExhausted(child.status());
+    return failure;
+  }
+  worker.process = *std::move(child);
+  worker.started = clock_.Now();
+  // Made once the pid is known: the prefix may name it.
+  const std::string prefix = LinePrefix(worker);
+  auto make_output = [&](bool redirected, bool teed, int console, UniqueFd log,
+                         std::optional<LineDuplicator>& duplicate) {
+    const bool to_console = shown && (teed || !redirected);
+    return WorkerOutput(prefix, to_console ? console : -1, std::move(log),
+                        duplicate ? &*duplicate : nullptr);
+  };
+  worker.out.emplace(
+      make_output(redirect.out, tee.out, options_.console_out, std::move(out_log), duplicate_out_));
+  worker.err.emplace(
+      make_output(redirect.err, tee.err, options_.console_err, std::move(err_log), duplicate_err_));
+  worker.out_fd = worker.process->TakeStdout();
+  worker.err_fd = worker.process->TakeStderr();
+  Worker* self = &worker;
+  for (bool is_stderr : {false, true}) {
+    const UniqueFd& fd = is_stderr ? worker.err_fd : worker.out_fd;
+    if (!fd.valid()) continue;
+    absl::Status watched =
+        loop_.Add(fd.get(), [this, self, is_stderr] { OnReadable(*self, is_stderr); });
+    if (!watched.ok()) logger_->warn("{}", watched.message());
+  }
+  return std::nullopt;
+}
+
+WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int attempt,
+                                        const Instead* instead) {
+  const std::string attempt_dir = instead != nullptr
+                                      ? absl::StrCat(options_.run_dir, "/", instead->dir)
+                                      : absl::StrCat(options_.run_dir, "/attempt_", attempt);
+  for (Worker& worker : workers_) DrainAndClose(worker);
+  workers_.clear();
+  // Reserved: the output readers hold pointers to the workers.
+  workers_.reserve(options_.nproc);
+  Started started;
+  OpenDuplicators(attempt_dir);
   for (int local_rank = 0; local_rank < options_.nproc; ++local_rank) {
-    Worker& worker = workers_.emplace_back();
-    worker.local_rank = local_rank;
-    worker.rank = placement.rank_base + local_rank;
-    const std::string rank_dir = absl::StrCat(attempt_dir, "/", local_rank);
-    worker.error_file = rank_dir + "/error.json";
-    absl::Status dir = MakeDirs(rank_dir);
-    if (!dir.ok()) logger_->warn("cannot create {}: {}", rank_dir, dir.message());
-
-    const StdRedirect redirect = config.redirects.For(local_rank);
-    const StdRedirect tee = config.tee.For(local_rank);
-    const bool shown =
-        !config.local_ranks_filter || config.local_ranks_filter->contains(local_rank);
-    auto open_log = [&](bool wanted, const char* file) {
-      if (!wanted) return UniqueFd();
-      absl::StatusOr<UniqueFd> opened = OpenLogFile(absl::StrCat(rank_dir, "/", file));
-      if (opened.ok()) return *std::move(opened);
-      logger_->warn("{}", opened.status().message());
-      return UniqueFd();
-    };
-    UniqueFd out_log = open_log(redirect.out || tee.out, "stdout.log");
-    UniqueFd err_log = open_log(redirect.err || tee.err, "stderr.log");
-
-    WorkerIdentity identity;
-    identity.local_rank = local_rank;
-    identity.local_world_size = options_.nproc;
-    identity.run_id = config.rdzv_id;
-    identity.role = config.role;
-    identity.error_file = worker.error_file;
-    identity.signals_to_handle = config.signals_to_handle_text;
-    identity.virtual_local_rank = config.virtual_local_rank;
-    SpawnOptions spawn;
-    spawn.path = instead != nullptr ? instead->argv.at(0) : options_.program;
-    spawn.argv =
-        instead != nullptr ? instead->argv : WorkerCommand(config, options_.program, local_rank);
-    spawn.env = WorkerEnvironment(options_.base_env, placement, identity);
-    if (static_cast<size_t>(local_rank) < options_.numa.size()) {
-      spawn.cpus = options_.numa[local_rank].cpus;
-      spawn.memory_nodes = options_.numa[local_rank].memory_nodes;
-    }
-    absl::StatusOr<std::unique_ptr<Process>> child = runner_.Spawn(spawn);
-    if (!child.ok()) {
-      // Nothing to supervise for this rank: it counts as a failed worker.
-      Worker failed;
-      failed.local_rank = local_rank;
-      failed.rank = worker.rank;
-      workers_.pop_back();
-      started.failure = Describe(failed, ExitStatus{127, 0}, std::string(child.status().message()));
-      started.failure->agent_out_of_resources = absl::IsResourceExhausted(child.status());
-      break;
-    }
-    worker.process = *std::move(child);
-    worker.started = clock_.Now();
-    // Made once the pid is known: the prefix may name it.
-    const std::string prefix = LinePrefix(worker);
-    auto make_output = [&](bool redirected, bool teed, int console, UniqueFd log,
-                           std::optional<LineDuplicator>& duplicate) {
-      const bool to_console = shown && (teed || !redirected);
-      return WorkerOutput(prefix, to_console ? console : -1, std::move(log),
-                          duplicate ? &*duplicate : nullptr);
-    };
-    worker.out.emplace(make_output(redirect.out, tee.out, options_.console_out, std::move(out_log),
-                                   duplicate_out_));
-    worker.err.emplace(make_output(redirect.err, tee.err, options_.console_err, std::move(err_log),
-                                   duplicate_err_));
-    worker.out_fd = worker.process->TakeStdout();
-    worker.err_fd = worker.process->TakeStderr();
-    Worker* self = &worker;
-    for (bool is_stderr : {false, true}) {
-      const UniqueFd& fd = is_stderr ? worker.err_fd : worker.out_fd;
-      if (!fd.valid()) continue;
-      absl::Status watched =
-          loop_.Add(fd.get(), [this, self, is_stderr] { OnReadable(*self, is_stderr); });
-      if (!watched.ok()) logger_->warn("{}", watched.message());
-    }
+    started.failure = StartWorker(placement, local_rank, attempt_dir, instead);
+    if (started.failure) break;
     ++started.count;
   }
   return started;

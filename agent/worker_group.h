@@ -106,6 +106,13 @@ class WorkerGroup {
  private:
   // The console prefix of `worker`'s lines (--log-line-prefix-template). REQUIRES: it was started.
   std::string LinePrefix(const Worker& worker) const;
+  // Start's steps: the attempt's filtered logs; one worker started (its
+  // directory, logs, process, output and the loop's watch), or why not.
+  void OpenDuplicators(const std::string& attempt_dir);
+  SpawnOptions SpawnFor(const NodePlacement& placement, const Worker& worker,
+                        const Instead* instead) const;
+  std::optional<WorkerFailure> StartWorker(const NodePlacement& placement, int local_rank,
+                                           const std::string& attempt_dir, const Instead* instead);
   void OnReadable(Worker& worker, bool is_stderr);
   void DrainAndClose(Worker& worker);
   WorkerFailure Describe(const Worker& worker, ExitStatus status, const std::string& message);

@@ -90,6 +90,20 @@ class Leader final : public EtcdLeader {
   // Reads the whole job, rebuilds the state from it, answers what waits,
   // and watches the nodes' keys from there on.
   absl::Status TakeOver();
+  // TakeOver's steps: forget what the last term held; read the job's keys;
+  // restore the state (the members' secrets back); feed the joins in the
+  // order they were written; push members the events they may have missed.
+  struct Stored {
+    bool leads = false;  // the leader key is still this agent's
+    EtcdJobState state;
+    std::map<std::string, const mvccpb::KeyValue*> nodes, reports;  // by node id
+  };
+  void Reset();
+  Stored ReadStored(const RangeResult& all);
+  std::map<std::string, std::string> RestoreState(const EtcdJobState& stored, absl::Time now);
+  void ReplayJoins(const std::map<std::string, const mvccpb::KeyValue*>& nodes, absl::Time now,
+                   Effects* effects);
+  void CatchUpMembers(const std::map<std::string, std::string>& secrets);
   void Watch(const std::string& dir, Input::Kind put_kind, int64_t from_revision,
              std::unique_ptr<EtcdWatch>* watch);
   void Enqueue(Input input);
@@ -238,12 +252,7 @@ void Leader::Watch(const std::string& dir, Input::Kind put_kind, int64_t from_re
       });
 }
 
-absl::Status Leader::TakeOver() {
-  nodes_watch_.reset();
-  inbox_watch_.reset();
-  absl::StatusOr<RangeResult> all = options_.client->GetPrefix(keys_.prefix());
-  if (!all.ok()) return all.status();
-  const absl::Time now = options_.clock->Now();
+void Leader::Reset() {
   state_.emplace(LeaderStateOptions());
   mails_.clear();
   dirty_mail_.clear();
@@ -254,20 +263,18 @@ absl::Status Leader::TakeOver() {
   written_status_.clear();
   closing_.reset();
   closed_.reset();
-  {
-    absl::MutexLock lock(&mu_);
-    inputs_.clear();  // what the old watches saw is in what was just read
-  }
+  absl::MutexLock lock(&mu_);
+  inputs_.clear();  // what the old watches saw is in what is read next
+}
 
-  std::map<std::string, const mvccpb::KeyValue*> nodes, reports;
-  bool leads = false;
-  EtcdJobState stored;
-  for (const mvccpb::KeyValue& kv : all->kvs) {
+Leader::Stored Leader::ReadStored(const RangeResult& all) {
+  Stored out;
+  for (const mvccpb::KeyValue& kv : all.kvs) {
     const std::string& key = kv.key();
     if (key == keys_.leader()) {
-      leads = kv.create_revision() == options_.leader_revision;
+      out.leads = kv.create_revision() == options_.leader_revision;
     } else if (key == keys_.state()) {
-      if (!stored.ParseFromString(kv.value())) {
+      if (!out.state.ParseFromString(kv.value())) {
         logger_->error("job '{}': its state in etcd ({}) does not parse; starting from none",
                        options_.job_id, key);
       }
@@ -275,19 +282,19 @@ absl::Status Leader::TakeOver() {
       rdzv::WatchEvent event;
       if (event.ParseFromString(kv.value())) closed_ = event;
     } else if (auto joined = JobKeys::NodeOf(key, keys_.nodes())) {
-      nodes[*joined] = &kv;
+      out.nodes[*joined] = &kv;
     } else if (auto reporter = JobKeys::NodeOf(key, keys_.inbox())) {
-      reports[*reporter] = &kv;
+      out.reports[*reporter] = &kv;
     } else if (auto addressee = JobKeys::NodeOf(key, keys_.outbox())) {
       EtcdMail mail;
       if (mail.ParseFromString(kv.value())) mails_[*addressee] = std::move(mail);
     }
   }
-  if (!leads) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("this agent no longer holds ", keys_.leader()));
-  }
-  // The members and their secrets, as the state has them.
+  return out;
+}
+
+std::map<std::string, std::string> Leader::RestoreState(const EtcdJobState& stored,
+                                                        absl::Time now) {
   std::map<std::string, std::string> secrets;
   for (const JournalRecord& record : stored.records()) {
     if (absl::Status restored = state_->Restore(record, now); !restored.ok()) {
@@ -300,21 +307,19 @@ absl::Status Leader::TakeOver() {
     }
   }
   answered_joins_.insert(stored.answered_joins().begin(), stored.answered_joins().end());
-  logger_->info("leading the rendezvous of job '{}' ({} node(s) in etcd{})", options_.job_id,
-                nodes.size(), stored.records().empty() ? "" : ", its state restored");
+  return secrets;
+}
 
-  Effects effects;
-  // Members lost while no one led.
-  for (const auto& [node, secret] : secrets) {
-    if (!nodes.contains(node)) NodeGone(node, now, &effects);
-  }
-  // Joins in the order they were written.
+void Leader::ReplayJoins(const std::map<std::string, const mvccpb::KeyValue*>& nodes,
+                         absl::Time now, Effects* effects) {
+  // In the order they were written.
   std::vector<std::pair<int64_t, std::string>> joins;
   for (const auto& [node, kv] : nodes) joins.emplace_back(kv->mod_revision(), node);
   std::sort(joins.begin(), joins.end());
   for (const auto& [revision, node] : joins) {
+    const std::string& value = nodes.at(node)->value();
     rdzv::EtcdJoin join;
-    join.ParseFromString(nodes[node]->value());  // FeedJoin says what is wrong with it
+    join.ParseFromString(value);  // FeedJoin says what is wrong with it
     auto decided = answered_joins_.find(node);
     if (join.seq() > 0 && decided != answered_joins_.end() && decided->second == join.seq() &&
         LastJoin(node) < join.seq()) {
@@ -329,9 +334,11 @@ absl::Status Leader::TakeOver() {
         continue;
       }
     }
-    FeedJoin(node, nodes[node]->value(), now, &effects);
+    FeedJoin(node, value, now, effects);
   }
-  // Events a member may have missed.
+}
+
+void Leader::CatchUpMembers(const std::map<std::string, std::string>& secrets) {
   for (const auto& [node, secret] : secrets) {
     auto mail = mails_.find(node);
     const int64_t known = mail == mails_.end() ? -1 : mail->second.round();
@@ -343,7 +350,34 @@ absl::Status Leader::TakeOver() {
       Push(node, **missed);
     }
   }
-  for (const auto& [node, kv] : reports) FeedReport(node, kv->value(), now, &effects);
+}
+
+absl::Status Leader::TakeOver() {
+  nodes_watch_.reset();
+  inbox_watch_.reset();
+  absl::StatusOr<RangeResult> all = options_.client->GetPrefix(keys_.prefix());
+  if (!all.ok()) return all.status();
+  const absl::Time now = options_.clock->Now();
+  Reset();
+  const Stored stored = ReadStored(*all);
+  if (!stored.leads) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this agent no longer holds ", keys_.leader()));
+  }
+  // The members and their secrets, as the state has them.
+  const std::map<std::string, std::string> secrets = RestoreState(stored.state, now);
+  logger_->info("leading the rendezvous of job '{}' ({} node(s) in etcd{})", options_.job_id,
+                stored.nodes.size(), stored.state.records().empty() ? "" : ", its state restored");
+
+  Effects effects;
+  // Members lost while no one led.
+  for (const auto& [node, secret] : secrets) {
+    if (!stored.nodes.contains(node)) NodeGone(node, now, &effects);
+  }
+  ReplayJoins(stored.nodes, now, &effects);
+  // Events a member may have missed.
+  CatchUpMembers(secrets);
+  for (const auto& [node, kv] : stored.reports) FeedReport(node, kv->value(), now, &effects);
   Collect(effects);
   if (!closed_ && !closing_) {
     // The last leader closed the job but did not clean up.
