@@ -28,19 +28,21 @@ constexpr double kGoalLargeRestartMs = 1000.0;  // restart round, 10,000 nodes
 
 const char* Journal(bool journal) { return journal ? "journal" : "no journal"; }
 
-std::string Ms(double ms, const char* format = "%.0f ms") {
-  return ms < 0 ? "-" : absl::StrFormat(format, ms);
+// `ms` with `decimals` digits after the point.
+std::string Ms(double ms, int decimals = 0) {
+  return ms < 0 ? "-" : absl::StrFormat("%.*f ms", decimals, ms);
 }
 
-// The median and, with more than one run, the range of `field`.
-std::string MedianRange(const Row& row, double RunResult::*field, const char* format = "%.0f") {
+// The median and, with more than one run, the range of `field`, with
+// `decimals` digits after the point.
+std::string MedianRange(const Row& row, double RunResult::*field, int decimals = 0) {
   const std::vector<double> values = row.Collect(field);
   if (values.empty()) return "-";
-  std::string text = absl::StrCat(absl::StrFormat(format, row.MedianOf(field)), " ms");
+  auto number = [decimals](double value) { return absl::StrFormat("%.*f", decimals, value); };
+  std::string text = absl::StrCat(number(row.MedianOf(field)), " ms");
   if (values.size() > 1) {
-    absl::StrAppend(&text, " (",
-                    absl::StrFormat(format, *std::min_element(values.begin(), values.end())), "–",
-                    absl::StrFormat(format, *std::max_element(values.begin(), values.end())), ")");
+    absl::StrAppend(&text, " (", number(*std::min_element(values.begin(), values.end())), "–",
+                    number(*std::max_element(values.begin(), values.end())), ")");
   }
   return text;
 }
@@ -59,7 +61,7 @@ void PrintTable(const std::vector<Row>& rows) {
   for (const Row& row : rows) {
     std::printf("| %d | %s | %s | %s | %s | %s | %s |\n", row.nodes, Journal(row.journal),
                 MedianRange(row, &RunResult::last_assignment_ms).c_str(),
-                Ms(row.hub_only_ms, "%.1f ms").c_str(),
+                Ms(row.hub_only_ms, 1).c_str(),
                 row.hwm_mib() < 0 ? "-" : absl::StrFormat("%.1f MiB", row.hwm_mib()).c_str(),
                 row.heartbeat_cpu_pct() < 0
                     ? "not measured"
@@ -83,8 +85,8 @@ void PrintDurabilityTable(const std::vector<Row>& rows) {
       "started again (median, range) |\n|---:|---|---:|---:|---:|---:|\n");
   for (const Row& row : rows) {
     std::printf("| %d | %s | %s | %s | %s | %s |\n", row.nodes, Journal(row.journal),
-                MedianRange(row, &RunResult::last_rejoin_ms, "%.1f").c_str(),
-                MedianRange(row, &RunResult::last_round_changed_ms, "%.1f").c_str(),
+                MedianRange(row, &RunResult::last_rejoin_ms, 1).c_str(),
+                MedianRange(row, &RunResult::last_round_changed_ms, 1).c_str(),
                 MedianRange(row, &RunResult::restart_listening_ms).c_str(),
                 MedianRange(row, &RunResult::last_rewatch_ms).c_str());
   }
