@@ -88,6 +88,7 @@
 #include "rendezvous/etcd/keys.h"
 #include "rendezvous/rules/protocol.h"
 #include "tests/support/etcd_test_cluster.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster::etcd::scale {
 namespace {
@@ -127,8 +128,7 @@ double Metric(const std::string& text, absl::string_view name) {
 }
 
 double ProcessCpuSeconds(int pid) {
-  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const std::string text = support::ReadFile(absl::StrCat("/proc/", pid, "/stat"));
   const size_t close = text.rfind(')');
   if (close == std::string::npos) return 0;
   std::vector<std::string> fields = absl::StrSplit(text.substr(close + 2), ' ');

@@ -20,6 +20,7 @@
 #include "common/open_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster {
 namespace {
@@ -153,8 +154,7 @@ TEST(ChildProcessTest, DiesWithItsParent) {
   // The grandchild is reparented (to init or a subreaper) and killed; poll until it is gone.
   bool gone = false;
   for (int i = 0; i < 500 && !gone; ++i) {
-    std::ifstream stat("/proc/" + std::to_string(grandchild) + "/stat");
-    std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const std::string content = support::ReadFile("/proc/" + std::to_string(grandchild) + "/stat");
     gone = content.empty() || content.find(") Z ") != std::string::npos;
     if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
