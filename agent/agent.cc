@@ -28,6 +28,8 @@
 #include "agent/numa.h"
 #include "agent/nvml.h"
 #include "agent/output.h"
+#include "agent/progress.h"
+#include "agent/site_command.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "common/log.h"
@@ -63,6 +65,8 @@ constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
 // within about a second and a half.
 constexpr absl::Duration kStackLimit = absl::Seconds(2);
 constexpr absl::Duration kTimerStackLimit = absl::Milliseconds(1350);
+// How long --on-node-excluded may run before it is killed.
+constexpr absl::Duration kSiteCommandLimit = absl::Seconds(60);
 
 // A port that was free a moment ago, for MASTER_PORT. PyTorch's rank 0 binds
 // it itself (TORCHELASTIC_USE_AGENT_STORE=False), so it is picked as late as possible.
@@ -173,7 +177,8 @@ class Agent::Impl {
   void Do(const action::AbandonWorkers&);
   void Do(const action::ReportFailure& report);
   void Do(const action::ReportDone& report);
-  void Do(const action::SendHeartbeat&);
+  void Do(const action::SendHeartbeat& heartbeat);
+  void Do(const action::ReadProgress&);
   void Do(const action::OpenWatch& watch);
   void Do(const action::QueryStatus&);
   void Do(const action::Log& log);
@@ -198,6 +203,12 @@ class Agent::Impl {
   // Hands a rendezvous result to the loop thread. Any thread.
   void Post(RdzvEvent event);
   void Leave(const std::string& reason);
+  // The highest step this round's workers wrote (agent/progress.h).
+  NodeProgress ReadWorkerProgress() const;
+  // What a report of `round` tells of the workers' progress; nullopt: none written.
+  std::optional<rdzv::Progress> ProgressOf(int64_t round) const;
+  // --on-node-excluded, once this node's host was excluded.
+  void RunExcludedCommand(const rdzv::Exclusion& exclusion);
 
   const AgentOptions options_;
   const LaunchConfig& config_;
@@ -557,6 +568,8 @@ void Agent::Impl::Do(const action::Join& join) {
   job->set_join_timeout_ms(config_.rdzv_conf.join_timeout.count());
   job->set_heartbeat_timeout_ms(config_.rdzv_conf.heartbeat_timeout.count());
   job->set_preflight(config_.preflight);
+  job->set_max_no_progress_restarts(config_.max_no_progress_restarts);
+  job->set_max_node_failures(config_.max_node_failures);
   rdzv::NodeInfo* node = request.mutable_node();
   node->set_node_id(node_id_);
   node->set_host(options_.host);
@@ -655,6 +668,10 @@ void Agent::Impl::Do(const action::ReportFailure& report) {
   } else if (!failure.killed_for.empty()) {
     reported->set_message(absl::StrCat("muster killed it: ", failure.killed_for));
   }
+  // Read now: a step written just before the failure counts.
+  if (std::optional<rdzv::Progress> progress = ProgressOf(report.round)) {
+    *request.mutable_progress() = *std::move(progress);
+  }
   client_->ReportFailure(request, kRpcTimeout, [this](absl::Status status) {
     Post(rdzv_event::FailureReported{std::move(status)});
   });
@@ -666,19 +683,56 @@ void Agent::Impl::Do(const action::ReportDone& report) {
   request.set_node_id(node_id_);
   request.set_node_secret(node_secret_);
   request.set_round(report.round);
+  if (std::optional<rdzv::Progress> progress = ProgressOf(report.round)) {
+    *request.mutable_progress() = *std::move(progress);
+  }
   client_->ReportDone(request, kRpcTimeout, [this](absl::Status status) {
     Post(rdzv_event::DoneReported{std::move(status)});
   });
 }
 
-void Agent::Impl::Do(const action::SendHeartbeat&) {
+void Agent::Impl::Do(const action::SendHeartbeat& heartbeat) {
   rdzv::HeartbeatRequest request;
   request.set_job_id(config_.rdzv_id);
   request.set_node_id(node_id_);
   request.set_node_secret(node_secret_);
+  if (heartbeat.progress) *request.mutable_progress() = *heartbeat.progress;
   client_->Heartbeat(request, kRpcTimeout, [this](absl::StatusOr<int64_t> round) {
     Post(rdzv_event::HeartbeatAnswered{std::move(round)});
   });
+}
+
+void Agent::Impl::Do(const action::ReadProgress&) {
+  const NodeProgress progress = ReadWorkerProgress();
+  if (progress.step < 0) return;
+  const int64_t before = state_.progress().step;
+  Do(state_.OnProgress(progress, clock_.Now()));
+  if (options_.metrics != nullptr && progress.step > before) {
+    options_.metrics->Progressed(progress.step, progress.count, progress.written);
+  }
+}
+
+NodeProgress Agent::Impl::ReadWorkerProgress() const {
+  NodeProgress best;
+  for (const WorkerGroup::Worker& worker : workers_->workers()) {
+    if (worker.progress_file.empty()) continue;
+    std::optional<NodeProgress> read = ReadProgressFile(worker.progress_file);
+    if (read && read->step > best.step) best = *read;
+  }
+  return best;
+}
+
+std::optional<rdzv::Progress> Agent::Impl::ProgressOf(int64_t round) const {
+  NodeProgress progress = ReadWorkerProgress();
+  if (progress.step < state_.progress().step) progress = state_.progress();
+  if (progress.step < 0) return std::nullopt;
+  rdzv::Progress report;
+  report.set_step(progress.step);
+  report.set_count(progress.count);
+  report.set_age_ms(
+      std::max<int64_t>(0, absl::ToInt64Milliseconds(clock_.Now() - progress.written)));
+  report.set_round(round);
+  return report;
 }
 
 void Agent::Impl::Do(const action::OpenWatch& watch) {
@@ -723,6 +777,8 @@ void Agent::Impl::Do(const action::Exit& exit) {
     (void)ignored;
   }
   if (!exit.why.empty()) logger_->error("{}", exit.why);
+  if (!exit.summary.empty()) logger_->info("{}", exit.summary);
+  if (exit.excluded) RunExcludedCommand(*exit.excluded);
   // Workers that hung while being stopped are no failure of their own, but
   // where they hung may be why the job did not end cleanly.
   bool hung = false;
@@ -732,11 +788,29 @@ void Agent::Impl::Do(const action::Exit& exit) {
                   worker.rank, worker.local_rank, worker.stack_file);
     hung = true;
   }
-  if (exit.code == kExitWorkersFailed && (!log_root_is_temp_ || exit.failures_seen || hung)) {
+  const bool failed = exit.code != kExitSuccess && exit.code < 128;
+  if (failed && (!log_root_is_temp_ || exit.failures_seen || hung)) {
     logger_->info("worker logs and error files: {}", run_dir_);
   }
   if (exit.leave_reason) Leave(*exit.leave_reason);
   exit_code_ = exit.code;
+}
+
+void Agent::Impl::RunExcludedCommand(const rdzv::Exclusion& exclusion) {
+  if (config_.on_node_excluded.empty()) return;
+  const std::string host = exclusion.host().empty() ? options_.host : exclusion.host();
+  logger_->info("--on-node-excluded: running '{}' for host {}", config_.on_node_excluded, host);
+  absl::StatusOr<std::string> ended =
+      RunSiteCommand(config_.on_node_excluded,
+                     {absl::StrCat("MUSTER_EXCLUDED_HOST=", host),
+                      absl::StrCat("MUSTER_EXCLUSION_CAUSE=", exclusion.cause()),
+                      absl::StrCat("MUSTER_JOB_ID=", config_.rdzv_id)},
+                     kSiteCommandLimit);
+  if (!ended.ok()) {
+    logger_->warn("--on-node-excluded could not run: {}", ended.status().message());
+  } else {
+    logger_->info("--on-node-excluded ended: {}", *ended);
+  }
 }
 
 void Agent::Impl::Leave(const std::string& reason) {

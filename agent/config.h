@@ -103,6 +103,15 @@ struct LaunchConfig {
   bool in_slurm = false;
 
   int max_restarts = 0;
+  // --max-no-progress-restarts: after K restarts in a row whose rounds
+  // reached no new step, the job stops (exit code 70); 0: off.
+  int max_no_progress_restarts = 0;
+  // --max-node-failures: a host whose workers are the root cause of K
+  // failures of the job in a row is excluded from it; 0: never.
+  int max_node_failures = 3;
+  // --on-node-excluded: what an excluded node runs (sh -c), with
+  // MUSTER_EXCLUDED_HOST and MUSTER_EXCLUSION_CAUSE; empty: nothing.
+  std::string on_node_excluded;
   double monitor_interval_s = 0.1;     // accepted; unused
   std::string start_method = "spawn";  // accepted; unused
   std::string role = "default";

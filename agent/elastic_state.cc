@@ -119,6 +119,11 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
     if (absl::IsUnauthenticated(status)) {
       // The client's message names the rendezvous and the token file.
       ExitFailed(std::string(status.message()), out);
+    } else if (absl::IsFailedPrecondition(status) &&
+               absl::StrContains(status.message(), rdzv::kExcludedFromJob)) {
+      ExitExcluded(absl::StrCat("the rendezvous at ", options_.rdzv_target,
+                                " refused this node: ", status.message()),
+                   out);
     } else if (IsUnanswered(status) && !options_.hosts_rendezvous && (!in_job_ || RidesOut()) &&
                now + kCallRetry < *join_started_ + options_.join_timeout) {
       // The rendezvous went away during the join (a musterd that restarts),
@@ -170,6 +175,11 @@ Actions ElasticState::OnWorkersStarted(int started, std::optional<WorkerFailure>
   if (phase_ != AgentPhase::kJoining) return out;
   live_ = started;
   phase_ = AgentPhase::kRunning;
+  progress_ = NodeProgress{};
+  reported_step_ = -1;
+  if (!in_preflight() && options_.progress_poll > absl::ZeroDuration()) {
+    progress_poll_at_ = now + options_.progress_poll;
+  }
   if (spawn_failure && spawn_failure->agent_out_of_resources) {
     const std::string lack = spawn_failure->error ? spawn_failure->error->message : "";
     Log(&out, Level::kError,
@@ -209,6 +219,7 @@ void ElasticState::ReportFailureAndStop(const WorkerFailure& failure, absl::Time
 
 void ElasticState::StopWorkers(int sig, absl::Time now, Actions* out) {
   phase_ = AgentPhase::kStopping;
+  progress_poll_at_.reset();
   out->push_back(action::SignalWorkers{sig});
   kill_at_ = now + options_.shutdown_grace;
   if (live_ == 0) OnAllStopped(now, out);
@@ -223,6 +234,11 @@ void ElasticState::OnAllStopped(absl::Time now, Actions* out) {
     case AfterStop::kRejoin: StartJoin(now, out); break;
     case AfterStop::kExitFailed: ExitFailed(closed_ ? closed_->reason() : "", out); break;
     case AfterStop::kExitSignal: Finish(128 + stop_signal_, out); break;
+    case AfterStop::kExitExcluded:
+      ExitExcluded(absl::StrCat("this node's host ", excluded_->host(),
+                                " is excluded from the job: ", excluded_->cause()),
+                   out);
+      break;
     case AfterStop::kExitLeave: {
       Finish(kExitWorkersFailed, out);
       auto& exit = std::get<action::Exit>(out->back());
@@ -269,6 +285,7 @@ Actions ElasticState::OnWorkerExit(const ExitStatus& status, const WorkerFailure
     }
     if (live_ == 0) {
       phase_ = AgentPhase::kFinishing;
+      progress_poll_at_.reset();
       unreported_done_ = round_;
       report_deadline_ = now + options_.join_timeout;
       out.push_back(action::ReportDone{round_});
@@ -313,6 +330,7 @@ Actions ElasticState::OnSignal(int sig, absl::Time now) {
     after_stop_ = AfterStop::kExitSignal;
     if (phase_ == AgentPhase::kRunning) {
       phase_ = AgentPhase::kStopping;
+      progress_poll_at_.reset();
       kill_at_ = now + options_.shutdown_grace;
     }
     // Stopped already, waiting for the rendezvous to decide: nothing to wait for.
@@ -433,6 +451,52 @@ void ElasticState::OnPushed(const rdzv::WatchEvent& event, absl::Time now, Actio
     OnRoundChanged(event.round_changed(), now, out);
   } else if (event.has_job_closed()) {
     OnJobClosed(event.job_closed(), now, out);
+  } else if (event.has_node_excluded()) {
+    OnNodeExcluded(event.node_excluded().exclusion(), now, out);
+  }
+}
+
+void ElasticState::OnNodeExcluded(const rdzv::Exclusion& exclusion, absl::Time now, Actions* out) {
+  if (excluded_) return;
+  excluded_ = exclusion;
+  Log(out, Level::kError,
+      absl::StrCat("the job excluded this node's host ", exclusion.host(), ": ", exclusion.cause(),
+                   "; the job goes on without it"));
+  switch (phase_) {
+    case AgentPhase::kRunning:
+      after_stop_ = AfterStop::kExitExcluded;
+      StopWorkers(SIGTERM, now, out);
+      break;
+    case AgentPhase::kStopping:
+      if (after_stop_ != AfterStop::kExitSignal) {
+        after_stop_ = AfterStop::kExitExcluded;
+        if (live_ == 0) OnAllStopped(now, out);
+      }
+      break;
+    case AgentPhase::kJoining:
+    case AgentPhase::kFinishing:
+      after_stop_ = AfterStop::kExitExcluded;
+      OnAllStopped(now, out);
+      break;
+    case AgentPhase::kIdle:
+    case AgentPhase::kExiting: break;
+  }
+}
+
+void ElasticState::ExitExcluded(const std::string& why, Actions* out) {
+  std::string report;
+  if (!failures_.empty()) report = FormatFailureReport(options_.script, attempts_, failures_);
+  Finish(kExitNodeExcluded, out);
+  auto& exit = std::get<action::Exit>(out->back());
+  exit.report = std::move(report);
+  exit.why = why;
+  exit.failures_seen = !failures_.empty();
+  exit.excluded = excluded_;
+  if (!exit.excluded) {
+    // Refused at its join: the message is all it has.
+    rdzv::Exclusion refused;
+    refused.set_cause(why);
+    exit.excluded = refused;
   }
 }
 
@@ -577,7 +641,7 @@ void ElasticState::OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Ac
       StopWorkers(SIGTERM, now, out);
       break;
     case AgentPhase::kStopping:
-      if (after_stop_ != AfterStop::kExitSignal) {
+      if (after_stop_ != AfterStop::kExitSignal && after_stop_ != AfterStop::kExitExcluded) {
         after_stop_ = AfterStop::kExitFailed;
         if (live_ == 0) OnAllStopped(now, out);
       }
@@ -636,6 +700,10 @@ Actions ElasticState::OnTimer(absl::Time now) {
     // The open watch stream is the heartbeat otherwise.
     if (!watch_started_) out.push_back(action::SendHeartbeat{});
   }
+  if (progress_poll_at_ && now >= *progress_poll_at_) {
+    progress_poll_at_ = now + options_.progress_poll;
+    out.push_back(action::ReadProgress{});
+  }
   if (progress_at_ && now >= *progress_at_) {
     progress_at_ = now + kProgressInterval;
     out.push_back(action::QueryStatus{});
@@ -659,11 +727,31 @@ Actions ElasticState::OnTimer(absl::Time now) {
   return out;
 }
 
+Actions ElasticState::OnProgress(const NodeProgress& progress, absl::Time now) {
+  Actions out;
+  if (phase_ != AgentPhase::kRunning || in_preflight() || progress.step <= progress_.step) {
+    return out;
+  }
+  progress_ = progress;
+  last_step_ = std::max(last_step_, progress.step);
+  // The first step of a round says the job trains again: told at once.
+  if (reported_step_ >= 0 && now - reported_at_ < kProgressReport) return out;
+  reported_step_ = progress.step;
+  reported_at_ = now;
+  rdzv::Progress report;
+  report.set_step(progress.step);
+  report.set_count(progress.count);
+  report.set_age_ms(std::max<int64_t>(0, absl::ToInt64Milliseconds(now - progress.written)));
+  report.set_round(round_);
+  out.push_back(action::SendHeartbeat{std::move(report)});
+  return out;
+}
+
 std::optional<absl::Time> ElasticState::NextDeadline() const {
   if (phase_ == AgentPhase::kExiting) return std::nullopt;
   std::optional<absl::Time> next;
   for (const auto& t : {kill_at_, abandon_at_, heartbeat_at_, watch_retry_at_, progress_at_,
-                        join_retry_at_, report_retry_at_}) {
+                        join_retry_at_, report_retry_at_, progress_poll_at_}) {
     if (t && (!next || *t < *next)) next = t;
   }
   return next;
@@ -698,11 +786,42 @@ void ElasticState::ExitFailed(const std::string& why, Actions* out) {
                                        : absl::StrCat(" (exit code ", root.exit_code(), ")"),
                     root.message().empty() ? "" : ": ", root.message(), "\n");
   }
-  Finish(kExitWorkersFailed, out);
+  const int code = closed_ && closed_->no_progress()  ? kExitNoProgress
+                   : closed_ && closed_->progressed() ? kExitFailedAfterProgress
+                                                      : kExitWorkersFailed;
+  Finish(code, out);
   auto& exit = std::get<action::Exit>(out->back());
   exit.report = std::move(report);
   exit.why = why;
   exit.failures_seen = !failures_.empty();
+}
+
+std::string ElasticState::Summary() const {
+  std::string summary;
+  if (closed_ && closed_->last_step() >= 0) {
+    summary = absl::StrFormat(
+        "the job's last step: %d; goodput %.0f%% (the share of its time in "
+        "rounds that made progress)",
+        closed_->last_step(), 100 * closed_->goodput());
+  } else if (last_step_ >= 0) {
+    summary = absl::StrCat("the last step this node's workers reached: ", last_step_);
+  }
+  if (closed_ && closed_->excluded_size() > 0) {
+    std::vector<std::string> hosts;
+    for (const rdzv::Exclusion& exclusion : closed_->excluded()) {
+      hosts.push_back(absl::StrCat(exclusion.host(), " (", exclusion.cause(), ")"));
+    }
+    absl::StrAppend(&summary, summary.empty() ? "" : "; ",
+                    "hosts excluded: ", absl::StrJoin(hosts, "; "));
+  }
+  if (closed_ && closed_->no_progress()) {
+    absl::StrAppend(&summary, summary.empty() ? "" : "; ", "exit code ", kExitNoProgress,
+                    ": stuck, do not requeue");
+  } else if (closed_ && closed_->progressed() && !closed_->succeeded()) {
+    absl::StrAppend(&summary, summary.empty() ? "" : "; ", "exit code ", kExitFailedAfterProgress,
+                    ": it made progress, a requeue resumes it");
+  }
+  return summary;
 }
 
 void ElasticState::Finish(int code, Actions* out) {
@@ -713,6 +832,7 @@ void ElasticState::Finish(int code, Actions* out) {
     // Tell the job we left on purpose, so it does not wait out a heartbeat.
     exit.leave_reason = absl::StrCat("agent stopped by ", SignalName(stop_signal_));
   }
+  exit.summary = Summary();
   out->push_back(std::move(exit));
 }
 

@@ -41,6 +41,9 @@ struct ElasticOptions {
   // the script starts when all of them pass. One that fails closes the job
   // (no restart mends a broken communication path).
   bool preflight = false;
+  // How often the workers' progress files are read while they run
+  // (action::ReadProgress); zero: never.
+  absl::Duration progress_poll = absl::Seconds(1);
 };
 
 // The phases of an agent. Workers live only in kRunning and kStopping.
@@ -56,7 +59,23 @@ enum class AgentPhase {
 // What to do once every worker of the attempt has stopped.
 // kExitLeave: this node cannot go on (it could not start its workers for a
 // lack of its own); it leaves the job, which spends no restart on it.
-enum class AfterStop { kAwaitDecision, kRejoin, kExitFailed, kExitSignal, kExitLeave };
+// kExitExcluded: the rendezvous excluded this node's host (a bad node).
+enum class AfterStop {
+  kAwaitDecision,
+  kRejoin,
+  kExitFailed,
+  kExitSignal,
+  kExitLeave,
+  kExitExcluded
+};
+
+// How far this node's workers got, as read from their MUSTER_PROGRESS_FILEs:
+// the highest step any of them wrote, the count beside it, and when.
+struct NodeProgress {
+  int64_t step = -1;  // -1: none written
+  int64_t count = 0;
+  absl::Time written;
+};
 
 // Results of the rendezvous calls, and what its watch stream pushes.
 namespace rdzv_event {
@@ -125,7 +144,13 @@ struct ReportFailure {
 struct ReportDone {
   int64_t round = -1;
 };
-struct SendHeartbeat {};
+// `progress`: this node's workers wrote a new step since the last report.
+struct SendHeartbeat {
+  std::optional<rdzv::Progress> progress;
+};
+// Read the workers' progress files (MUSTER_PROGRESS_FILE), then call
+// ElasticState::OnProgress with what they say.
+struct ReadProgress {};
 // Open (or replace) the watch stream; its events carry `generation`.
 struct OpenWatch {
   uint64_t generation = 0;
@@ -147,13 +172,18 @@ struct Exit {
   std::string why;
   bool failures_seen = false;
   std::optional<std::string> leave_reason;
+  // A line on how far the job got (its last step, goodput, hosts excluded);
+  // empty when nothing was reported.
+  std::string summary;
+  // This node's host was excluded: --on-node-excluded runs with it.
+  std::optional<rdzv::Exclusion> excluded;
 };
 }  // namespace action
 
-using Action =
-    std::variant<action::Join, action::StartWorkers, action::SignalWorkers, action::AbandonWorkers,
-                 action::ReportFailure, action::ReportDone, action::SendHeartbeat,
-                 action::OpenWatch, action::QueryStatus, action::Log, action::Exit>;
+using Action = std::variant<action::Join, action::StartWorkers, action::SignalWorkers,
+                            action::AbandonWorkers, action::ReportFailure, action::ReportDone,
+                            action::SendHeartbeat, action::ReadProgress, action::OpenWatch,
+                            action::QueryStatus, action::Log, action::Exit>;
 using Actions = std::vector<Action>;
 
 class ElasticState {
@@ -162,6 +192,8 @@ class ElasticState {
   // gives up on it and goes on (a process in D state ignores SIGKILL until
   // the kernel lets it go, which may be never).
   static constexpr absl::Duration kKillWait = absl::Seconds(10);
+  // How often a new step is reported at most (the first of a round at once).
+  static constexpr absl::Duration kProgressReport = absl::Seconds(5);
 
   explicit ElasticState(ElasticOptions options);
 
@@ -182,6 +214,12 @@ class ElasticState {
   Actions OnRdzv(RdzvEvent event, absl::Time now);
   // The time reached NextDeadline() (or later).
   Actions OnTimer(absl::Time now);
+  // What ReadProgress found. A step past the last reported one is sent to
+  // the rendezvous (with a heartbeat): the first of a round at once, then
+  // at most every kProgressReport.
+  Actions OnProgress(const NodeProgress& progress, absl::Time now);
+  // This node's workers' progress in the running round, as last read.
+  const NodeProgress& progress() const { return progress_; }
 
   // When OnTimer must next run; nullopt: no timer is set.
   std::optional<absl::Time> NextDeadline() const;
@@ -233,6 +271,11 @@ class ElasticState {
   void OnDoneReported(const absl::Status& status, absl::Time now, Actions* out);
   void OnHeartbeat(const absl::StatusOr<int64_t>& round, absl::Time now, Actions* out);
   void OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Actions* out);
+  void OnNodeExcluded(const rdzv::Exclusion& exclusion, absl::Time now, Actions* out);
+  // The exit with kExitNodeExcluded, saying why.
+  void ExitExcluded(const std::string& why, Actions* out);
+  // Exit::summary: how far the job (or this node) got.
+  std::string Summary() const;
   void OpenWatch(Actions* out);
   void ExitFailed(const std::string& why, Actions* out);
   // The job cannot go on with this rendezvous (it stopped answering, or it
@@ -273,6 +316,15 @@ class ElasticState {
   std::string leave_why_;                // AfterStop::kExitLeave: what this node lacks
   // The pre-flight's workers run; the script waits for them with this assignment.
   std::optional<rdzv::Assignment> after_preflight_;
+
+  // This node's host was excluded from the job: why (NodeExcluded, or a refused join).
+  std::optional<rdzv::Exclusion> excluded_;
+  // Progress of this round's workers, and what of it was reported.
+  NodeProgress progress_;
+  int64_t reported_step_ = -1;
+  absl::Time reported_at_;
+  int64_t last_step_ = -1;  // the highest step this node's workers wrote, any round
+  std::optional<absl::Time> progress_poll_at_;
 
   // When workers that SIGKILL did not end are given up on.
   std::optional<absl::Time> abandon_at_;

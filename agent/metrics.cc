@@ -49,6 +49,18 @@ void AgentMetrics::GpuWarned() {
   ++gpu_warnings_;
 }
 
+void AgentMetrics::Progressed(int64_t step, int64_t count, absl::Time written) {
+  absl::MutexLock lock(&mu_);
+  // A new round starts again from its checkpoint: a rate only within steps that go up.
+  if (step_ >= 0 && step > step_ && written > step_time_) {
+    steps_per_second_ =
+        static_cast<double>(step - step_) / absl::ToDoubleSeconds(written - step_time_);
+  }
+  step_ = step;
+  count_ = count;
+  step_time_ = written;
+}
+
 std::vector<MetricFamily> AgentMetrics::Collect() const {
   const absl::Time now = clock_.Now();
   absl::MutexLock lock(&mu_);
@@ -68,6 +80,20 @@ std::vector<MetricFamily> AgentMetrics::Collect() const {
     out.push_back(OneSample("muster_agent_round_seconds",
                             "Seconds since this node's workers of the round started",
                             MetricType::Gauge, job, absl::ToDoubleSeconds(now - round_started_)));
+  }
+  if (step_ >= 0) {
+    out.push_back(OneSample("muster_agent_step",
+                            "The highest step this node's workers wrote (MUSTER_PROGRESS_FILE)",
+                            MetricType::Gauge, job, static_cast<double>(step_)));
+    out.push_back(OneSample("muster_agent_step_count",
+                            "The count written beside that step (samples, tokens: the script's)",
+                            MetricType::Gauge, job, static_cast<double>(count_)));
+    out.push_back(OneSample("muster_agent_steps_per_second",
+                            "Steps a second between the last two steps read", MetricType::Gauge,
+                            job, steps_per_second_));
+    out.push_back(OneSample("muster_agent_seconds_since_step",
+                            "Seconds since this node's workers wrote their last step",
+                            MetricType::Gauge, job, absl::ToDoubleSeconds(now - step_time_)));
   }
   MetricFamily exits = EmptyFamily(
       "muster_agent_worker_exit_code",

@@ -40,6 +40,8 @@ class AgentMetrics final : public prometheus::Collectable {
   // last full check; and a warning it gave.
   void GpuChecked(std::vector<GpuFigures> figures);
   void GpuWarned();
+  // This node's workers wrote `step` (with `count`) at `written`.
+  void Progressed(int64_t step, int64_t count, absl::Time written);
 
   std::vector<prometheus::MetricFamily> Collect() const override;
 
@@ -55,6 +57,12 @@ class AgentMetrics final : public prometheus::Collectable {
   std::map<int, int> exit_codes_ ABSL_GUARDED_BY(mu_);  // the last, by local rank
   std::vector<GpuFigures> gpus_ ABSL_GUARDED_BY(mu_);
   int64_t gpu_warnings_ ABSL_GUARDED_BY(mu_) = 0;
+  // Progress: the last step, its count and time, and the steps a second
+  // between the last two steps read.
+  int64_t step_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time step_time_ ABSL_GUARDED_BY(mu_);
+  double steps_per_second_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace muster

@@ -80,6 +80,7 @@ std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
   set("TORCHELASTIC_RUN_ID", worker.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   set("TORCHELASTIC_ERROR_FILE", worker.error_file);
+  if (!worker.progress_file.empty()) set("MUSTER_PROGRESS_FILE", worker.progress_file);
   if (!worker.signals_to_handle.empty()) {
     set("TORCHELASTIC_SIGNALS_TO_HANDLE", worker.signals_to_handle);
   }

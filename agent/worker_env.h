@@ -29,6 +29,8 @@ struct WorkerIdentity {
   std::string run_id;
   std::string role;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
+  // MUSTER_PROGRESS_FILE (agent/progress.h); empty: not set.
+  std::string progress_file;
   // --signals-to-handle as given, for TORCHELASTIC_SIGNALS_TO_HANDLE (as
   // torchrun 2.9 and later set it); empty: not set.
   std::string signals_to_handle;

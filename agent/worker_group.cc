@@ -100,6 +100,7 @@ SpawnOptions WorkerGroup::SpawnFor(const NodePlacement& placement, const Worker&
   identity.run_id = config.rdzv_id;
   identity.role = config.role;
   identity.error_file = worker.error_file;
+  identity.progress_file = worker.progress_file;
   identity.signals_to_handle = config.signals_to_handle_text;
   identity.virtual_local_rank = config.virtual_local_rank;
   SpawnOptions spawn;
@@ -124,6 +125,7 @@ std::optional<WorkerFailure> WorkerGroup::StartWorker(const NodePlacement& place
   worker.rank = placement.rank_base + local_rank;
   const std::string rank_dir = absl::StrCat(attempt_dir, "/", local_rank);
   worker.error_file = rank_dir + "/error.json";
+  if (instead == nullptr) worker.progress_file = rank_dir + "/progress";
   absl::Status dir = MakeDirs(rank_dir);
   if (!dir.ok()) logger_->warn("cannot create {}: {}", rank_dir, dir.message());
 

@@ -44,6 +44,7 @@ class WorkerGroup {
     int rank = 0;
     std::unique_ptr<Process> process;
     std::string error_file;
+    std::string progress_file;  // MUSTER_PROGRESS_FILE; empty for the pre-flight's
     UniqueFd out_fd, err_fd;
     std::optional<WorkerOutput> out, err;
     // Why muster killed it, when it did (WorkerFailure's fields of the same names).

@@ -245,7 +245,17 @@ std::string NodeJson(const rdzv::NodeStatus& node) {
       ", \"local_world_size\": ", node.local_world_size(),
       ", \"joined\": ", JsonTime(node.joined_unix_ms()),
       ", \"last_seen\": ", JsonTime(node.last_seen_unix_ms()),
-      ", \"watching\": ", JsonBool(node.watching()), "}");
+      ", \"watching\": ", JsonBool(node.watching()),
+      ", \"step\": ", node.step() < 0 ? "null" : absl::StrCat(node.step()),
+      ", \"step_time\": ", node.step() < 0 ? "null" : JsonTime(node.step_unix_ms()),
+      ", \"steps_per_second\": ", node.steps_per_second(), "}");
+}
+
+std::string ExclusionJson(const rdzv::Exclusion& exclusion) {
+  return absl::StrCat("{\"host\": ", JsonQuote(exclusion.host()),
+                      ", \"node_id\": ", JsonQuote(exclusion.node_id()),
+                      ", \"cause\": ", JsonQuote(exclusion.cause()),
+                      ", \"time\": ", JsonTime(exclusion.time_unix_ms()), "}");
 }
 
 // One job as JSON (README.md, "musterctl status --json"); with its nodes
@@ -257,6 +267,10 @@ std::string JobJson(const rdzv::StatusResponse& job, bool with_nodes) {
   }
   std::vector<std::string> missing;
   for (const std::string& host : job.missing()) missing.push_back(JsonQuote(host));
+  std::vector<std::string> excluded;
+  for (const rdzv::Exclusion& exclusion : job.excluded()) {
+    excluded.push_back(ExclusionJson(exclusion));
+  }
   const bool closed = job.state() == "closed";
   std::string out = absl::StrCat(
       "{\"job\": ", JsonQuote(job.job_id()), ", \"state\": ", JsonQuote(job.state()),
@@ -272,7 +286,13 @@ std::string JobJson(const rdzv::StatusResponse& job, bool with_nodes) {
       ", \"succeeded\": ", closed ? JsonBool(job.succeeded()) : "null",
       ", \"close_reason\": ", closed ? JsonQuote(job.close_reason()) : "null",
       ", \"root_cause\": ", job.has_root_cause() ? FailureJson(job.root_cause()) : "null",
-      ", \"recent_failures\": [", absl::StrJoin(failures, ", "), "]");
+      ", \"recent_failures\": [", absl::StrJoin(failures, ", "), "]",
+      ", \"step\": ", job.step() < 0 ? "null" : absl::StrCat(job.step()),
+      ", \"step_time\": ", job.step() < 0 ? "null" : JsonTime(job.step_unix_ms()),
+      ", \"steps_per_second\": ", job.steps_per_second(), ", \"goodput\": ", job.goodput(),
+      ", \"no_progress_restarts\": ", job.no_progress_restarts(),
+      ", \"max_no_progress_restarts\": ", job.config().max_no_progress_restarts(),
+      ", \"excluded\": [", absl::StrJoin(excluded, ", "), "]");
   if (with_nodes) {
     std::vector<std::string> nodes;
     for (const rdzv::NodeStatus& node : job.nodes()) nodes.push_back(NodeJson(node));
@@ -318,6 +338,27 @@ void PrintFailure(const rdzv::Failure& failure, const char* indent) {
   }
 }
 
+// The job's step, its pace, the time since it, the goodput and the hosts
+// kept out (none of it when nothing was reported or excluded).
+void PrintProgress(const rdzv::StatusResponse& job, absl::Time now) {
+  if (job.step() >= 0) {
+    std::printf("  step %lld, %.3g steps/s, last step %s ago; goodput %.0f%%",
+                static_cast<long long>(job.step()), job.steps_per_second(),
+                FormatAge(now - absl::FromUnixMillis(job.step_unix_ms())).c_str(),
+                100 * job.goodput());
+    if (job.config().max_no_progress_restarts() > 0) {
+      std::printf(", restarts without a new step %d/%d", job.no_progress_restarts(),
+                  job.config().max_no_progress_restarts());
+    }
+    std::printf("\n");
+  }
+  for (const rdzv::Exclusion& exclusion : job.excluded()) {
+    std::printf("  excluded: %s (%s ago): %s\n", exclusion.host().c_str(),
+                FormatAge(now - absl::FromUnixMillis(exclusion.time_unix_ms())).c_str(),
+                exclusion.cause().c_str());
+  }
+}
+
 void PrintJob(const rdzv::StatusResponse& job) {
   const absl::Time now = absl::Now();
   std::printf("job %s: %s, round %lld since %s (%s ago)\n", job.job_id().c_str(),
@@ -329,6 +370,7 @@ void PrintJob(const rdzv::StatusResponse& job) {
   std::printf("  restarts %s, created %s (%s ago)\n", Restarts(job).c_str(),
               FormatClock(job.created_unix_ms()).c_str(),
               FormatAge(now - absl::FromUnixMillis(job.created_unix_ms())).c_str());
+  PrintProgress(job, now);
   if (job.last_call_remaining_ms() >= 0) {
     std::printf("  last call ends in %s\n",
                 FormatAge(absl::Milliseconds(job.last_call_remaining_ms())).c_str());
@@ -352,7 +394,7 @@ void PrintJob(const rdzv::StatusResponse& job) {
   }
   if (job.nodes_size() == 0) return;
   std::vector<std::vector<std::string>> rows = {
-      {"NODE", "HOST", "STATE", "GROUP_RANK", "RANKS", "LOCAL", "JOINED", "LAST_SEEN"}};
+      {"NODE", "HOST", "STATE", "GROUP_RANK", "RANKS", "LOCAL", "STEP", "JOINED", "LAST_SEEN"}};
   for (const rdzv::NodeStatus& node : job.nodes()) {
     const std::string ranks =
         node.rank_base() < 0
@@ -361,7 +403,7 @@ void PrintJob(const rdzv::StatusResponse& job) {
     rows.push_back(
         {node.node_id(), node.host(), node.state(),
          node.group_rank() < 0 ? "-" : absl::StrCat(node.group_rank()), ranks,
-         absl::StrCat(node.local_world_size()),
+         absl::StrCat(node.local_world_size()), node.step() < 0 ? "-" : absl::StrCat(node.step()),
          FormatAge(now - absl::FromUnixMillis(node.joined_unix_ms())) + " ago",
          node.watching()
              ? "now (watching)"
@@ -406,15 +448,15 @@ int Status(const Operator& op, const std::string& job_id, bool json) {
   }
   const absl::Time now = absl::Now();
   std::vector<std::vector<std::string>> rows = {
-      {"JOB", "STATE", "ROUND", "NODES", "MIN:MAX", "RESTARTS", "WORLD", "AGE"}};
+      {"JOB", "STATE", "ROUND", "NODES", "MIN:MAX", "RESTARTS", "WORLD", "STEP", "AGE"}};
   for (const rdzv::StatusResponse& job : response.jobs()) {
     std::string state = job.state();
     if (job.state() == "closed") state = job.succeeded() ? "succeeded" : "failed";
-    rows.push_back({job.job_id(), state, absl::StrCat(job.round()),
-                    absl::StrCat(job.participants()),
-                    absl::StrCat(job.config().min_nodes(), ":", job.config().max_nodes()),
-                    Restarts(job), absl::StrCat(job.world_size()),
-                    FormatAge(now - absl::FromUnixMillis(job.created_unix_ms()))});
+    rows.push_back(
+        {job.job_id(), state, absl::StrCat(job.round()), absl::StrCat(job.participants()),
+         absl::StrCat(job.config().min_nodes(), ":", job.config().max_nodes()), Restarts(job),
+         absl::StrCat(job.world_size()), job.step() < 0 ? "-" : absl::StrCat(job.step()),
+         FormatAge(now - absl::FromUnixMillis(job.created_unix_ms()))});
   }
   std::printf("%s", Table(rows).c_str());
   if (response.total() > response.jobs_size()) {

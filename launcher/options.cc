@@ -54,6 +54,9 @@ enum class Key {
   kMaxRestarts,
   kMonitorInterval,
   kShutdownTimeout,
+  kMaxNoProgressRestarts,
+  kMaxNodeFailures,
+  kOnNodeExcluded,
   kLogDir,
   kRedirects,
   kTee,
@@ -176,6 +179,21 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "grace from SIGTERM to SIGKILL when stopping workers;\n"
      "else TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
      "main (2026)"},
+    {Key::kMaxNoProgressRestarts, "--max-no-progress-restarts",
+     "--max-no-progress-restarts,--max_no_progress_restarts", "", "K", "0 (off)", kRestartGroup,
+     "stop after K restarts in a row that reached no new step\n"
+     "(MUSTER_PROGRESS_FILE), with exit code 70: do not requeue",
+     ""},
+    {Key::kMaxNodeFailures, "--max-node-failures", "--max-node-failures,--max_node_failures", "",
+     "K", "3", kRestartGroup,
+     "exclude a host whose workers caused K failures of the job\n"
+     "in a row; a spare takes its seat; 0: never",
+     ""},
+    {Key::kOnNodeExcluded, "--on-node-excluded", "--on-node-excluded,--on_node_excluded", "", "CMD",
+     "none", kRestartGroup,
+     "run CMD (sh -c) on a node when its host is excluded, with\n"
+     "MUSTER_EXCLUDED_HOST and MUSTER_EXCLUSION_CAUSE set",
+     ""},
     {Key::kLogDir, "--log-dir", "--log-dir,--log_dir", "PET_LOG_DIR", "DIR", "a new temp dir",
      kLogGroup, "per-worker stdout.log, stderr.log, error.json", "1.10"},
     {Key::kRedirects, "--redirects", "-r,--redirects", "PET_REDIRECTS", "0-3|RANK:V,...", "0",
@@ -886,6 +904,25 @@ absl::Status ApplyRestarts(const GivenOptions& given, LaunchConfig& config) {
                                          "give --max-restarts N with N >= 0");
     if (!count.ok()) return count.status();
     config.max_restarts = *count;
+  }
+  if (const Given* stuck = given.Get(Key::kMaxNoProgressRestarts)) {
+    absl::StatusOr<int> count =
+        ParseInt(*stuck, 0, 1'000'000, "give --max-no-progress-restarts K, 0 to 1000000 (0: off)");
+    if (!count.ok()) return count.status();
+    config.max_no_progress_restarts = *count;
+  }
+  if (const Given* failures = given.Get(Key::kMaxNodeFailures)) {
+    absl::StatusOr<int> count = ParseInt(
+        *failures, 0, 1'000'000, "give --max-node-failures K, 0 to 1000000 (0: never exclude)");
+    if (!count.ok()) return count.status();
+    config.max_node_failures = *count;
+  }
+  if (const Given* command = given.Get(Key::kOnNodeExcluded)) {
+    if (absl::StripAsciiWhitespace(command->value).empty()) {
+      return Invalid(*command, "an empty command",
+                     "give --on-node-excluded 'CMD', run by sh -c on an excluded node");
+    }
+    config.on_node_excluded = command->value;
   }
   if (const Given* interval = given.Get(Key::kMonitorInterval)) {
     absl::StatusOr<double> seconds =

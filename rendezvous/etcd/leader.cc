@@ -455,10 +455,19 @@ void Leader::FeedReport(const std::string& node, const std::string& value, absl:
   absl::Status status;
   switch (report.report_case()) {
     case EtcdReport::kFailure:
+      // How far the round got counts before its failure is judged.
+      if (report.failure().has_progress()) {
+        (void)state_->ReportProgress(key, report.failure().node_secret(),
+                                     report.failure().progress(), now, effects);
+      }
       status = state_->ReportFailure(key, report.failure().node_secret(), report.failure().round(),
                                      report.failure().failure(), now, effects);
       break;
     case EtcdReport::kDone:
+      if (report.done().has_progress()) {
+        (void)state_->ReportProgress(key, report.done().node_secret(), report.done().progress(),
+                                     now, effects);
+      }
       status =
           state_->ReportDone(key, report.done().node_secret(), report.done().round(), now, effects);
       break;

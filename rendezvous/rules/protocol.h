@@ -10,7 +10,7 @@
 namespace muster::rdzv {
 
 // 0 is what a peer older than versions sends (the field's default).
-inline constexpr int32_t kProtocolVersion = 1;
+inline constexpr int32_t kProtocolVersion = 2;
 
 // The port a rendezvous listens on and is dialled at when none is given
 // (torchrun's c10d default): musterd --port, --rdzv-endpoint HOST, musterctl.
@@ -20,6 +20,11 @@ inline constexpr int kDefaultRdzvPort = 29400;
 // ("node N was dropped from job 'J': node H silent for 30 s"): the agent
 // tells it from a server that forgot the job.
 inline constexpr char kDroppedFromJob[] = "was dropped from job";
+
+// In the kFailedPrecondition message a server answers a join from a host
+// kept out of the job ("host H is excluded from job 'J': ..."): the agent
+// exits with kExitNodeExcluded.
+inline constexpr char kExcludedFromJob[] = "is excluded from job";
 
 }  // namespace muster::rdzv
 

@@ -74,12 +74,26 @@ absl::Status RendezvousState::CheckJoin(const JoinRequest& request) {
           got.min_nodes(), ":", got.max_nodes(), " --max-restarts ", got.max_restarts(),
           "; give every node the same values, or use another --rdzv-id"));
     }
+    if (got.max_no_progress_restarts() != want.max_no_progress_restarts() ||
+        got.max_node_failures() != want.max_node_failures()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", job.id, "' runs with --max-no-progress-restarts ",
+          want.max_no_progress_restarts(), " --max-node-failures ", want.max_node_failures(),
+          ", but this node asked for --max-no-progress-restarts ", got.max_no_progress_restarts(),
+          " --max-node-failures ", got.max_node_failures(), "; give every node the same values"));
+    }
     if (got.preflight() != want.preflight()) {
       auto preflight = [](bool on) { return on ? "--preflight allreduce" : "no --preflight"; };
       return absl::FailedPreconditionError(absl::StrCat(
           "job '", job.id, "' runs with ", preflight(want.preflight()),
           ", but this node asked for ", preflight(got.preflight()),
           ": the first round's workers would differ; give every node the same --preflight"));
+    }
+    if (const Exclusion* excluded = FindExclusion(job, info.host())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "host ", info.host(), " ", kExcludedFromJob, " '", job.id, "': ", excluded->cause(),
+          "; it is not seated again in this job (check or replace the node, then start a new "
+          "job, or give the job another node)"));
     }
     int64_t workers = job.live_workers + info.local_world_size();
     if (auto live = job.nodes.find(info.node_id()); live != job.nodes.end()) {
@@ -267,27 +281,21 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, absl::string_vie
   // Only the pre-flight's failure, which only round 0 of a job that asked
   // for one runs, is spared the restarts.
   const bool preflight_failed = failure.no_restart() && job.config.preflight() && job.round == 0;
-  const bool restarts =
-      job.done.empty() && job.restart_count < job.config.max_restarts() && !preflight_failed;
-  const std::string outcome =
-      !job.done.empty()
-          ? absl::StrCat(detail,
-                         " after other nodes had finished; a partly finished job cannot restart")
-      : preflight_failed
-          ? absl::StrCat(detail,
-                         " in the pre-flight all-reduce (--preflight): the job's communication is "
-                         "broken, which no restart mends")
-      : restarts ? absl::StrCat(detail, "; restart ", job.restart_count + 1, " of ",
-                                job.config.max_restarts())
-                 : absl::StrCat(detail, "; no restarts left (max_restarts ",
-                                job.config.max_restarts(), ")");
-  AddEvent(job, JobEvent::WORKER_FAILED, key.node_id, outcome, now, effects);
-  if (restarts) {
-    ++job.restart_count;
-    OpenNextRound(job, RoundChanged::WORKER_FAILED, outcome, now, effects);
-  } else {
-    Close(job, false, outcome, failure, now, effects);
+  const FailureVerdict verdict = JudgeFailure(job, key.node_id, detail, preflight_failed);
+  AddEvent(job, JobEvent::WORKER_FAILED, key.node_id, verdict.outcome, now, effects);
+  if (verdict.exclusion) {
+    ExcludeHost(job, job.nodes.at(key.node_id).info.host(), key.node_id, *verdict.exclusion, now,
+                effects);
   }
+  const std::string host = job.nodes.at(key.node_id).info.host();
+  if (verdict.restart) {
+    ++job.restart_count;
+    OpenNextRound(job, RoundChanged::WORKER_FAILED, verdict.outcome, now, effects);
+  } else {
+    job.stuck = verdict.stuck;
+    Close(job, false, verdict.outcome, failure, now, effects);
+  }
+  if (verdict.exclusion) RemoveExcludedNodes(job, host, now, effects);
   return absl::OkStatus();
 }
 
@@ -434,6 +442,7 @@ absl::Status RendezvousState::Stop(absl::string_view job_id, absl::string_view r
     return absl::FailedPreconditionError(
         absl::StrCat("job '", job->id, "' is closed already (", job->close_reason, ")"));
   }
+  job->stopped = true;
   Close(*job, false,
         absl::StrCat("stopped by an operator", reason.empty() ? "" : ": ",
                      ForLog(reason, kMaxReasonBytes)),
@@ -584,6 +593,7 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
 void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
                                     const std::string& detail, absl::Time now, Effects* effects) {
   effects->rearm_timer = true;
+  EndRound(job, now);
   ++job.round;
   job.phase = Phase::kOpen;
   job.open_since = now;
@@ -595,7 +605,9 @@ void RendezvousState::OpenNextRound(Job& job, RoundChanged::Reason reason,
   job.joined.clear();
   const WatchEvent event = RoundChangedEvent(job.round, reason, detail);
   job.last_round_change = event;
-  Record(effects, RoundOpenedRecord(job.id, job.round, job.restart_count, event));
+  JournalRecord opened = RoundOpenedRecord(job.id, job.round, job.restart_count, event);
+  *opened.mutable_round_opened()->mutable_progress() = DurableProgress(job);
+  Record(effects, std::move(opened));
   for (const std::string& node_id : job.participants) {
     job.expected.insert(node_id);
     job.not_back.insert(node_id);
@@ -626,6 +638,7 @@ void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
     --open_jobs_;
     closed_order_.emplace_back(now, job.id);
   }
+  EndRound(job, now);
   job.phase = Phase::kClosed;
   job.closed_at = now;
   effects->rearm_timer = true;  // the retention deadline
@@ -636,9 +649,17 @@ void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
   closed->set_succeeded(succeeded);
   closed->set_reason(job.close_reason);
   if (root_cause) *closed->mutable_root_cause() = *root_cause;
+  closed->set_no_progress(job.stuck);
+  // What a requeue would resume: a failed job, not one an operator stopped.
+  closed->set_progressed(job.progressed && !succeeded && !job.stopped);
+  closed->set_last_step(job.best_step);
+  closed->set_goodput(Goodput(job, now));
+  for (const Exclusion& exclusion : job.excluded) *closed->add_excluded() = exclusion;
   job.closed_event = event;
   job.journaled = options_.journal;
-  Record(effects, JobEndedRecord(job.id, job.config, job.round, job.restart_count, event));
+  JournalRecord ended = JobEndedRecord(job.id, job.config, job.round, job.restart_count, event);
+  *ended.mutable_job_ended()->mutable_progress() = DurableProgress(job);
+  Record(effects, std::move(ended));
   for (const auto& [node_id, node] : job.nodes) {
     effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
   }

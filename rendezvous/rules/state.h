@@ -85,6 +85,16 @@ inline constexpr size_t kMaxFailureMessageBytes = 64 * 1024;
 // percent-encoded (up to 3 bytes per byte).
 inline constexpr size_t kMaxDetailBytes = 2048;
 inline constexpr size_t kMaxReasonBytes = 256;
+// What a progress report may say: a step and a count of 0..2^53 (exact in a
+// double, as the metrics carry them), written up to a day ago.
+inline constexpr int64_t kMaxProgressValue = int64_t{1} << 53;
+inline constexpr int64_t kMaxProgressAgeMs = 24 * 3600 * 1000LL;
+// Hosts a job keeps out at most (bad nodes); past it the oldest exclusion
+// is forgotten.
+inline constexpr size_t kMaxExclusions = 1024;
+// A job's PROGRESS events: the first step of each round, then at most one
+// this often.
+inline constexpr absl::Duration kProgressEventInterval = absl::Minutes(1);
 
 // Checks a job id: 1..max_length (256 for a client's id) printable ASCII
 // characters with no white space.
@@ -204,10 +214,26 @@ class RendezvousState {
 
   // A worker of `node` failed in `round`. The first report of a running round
   // opens the next one (using a restart) or, with restarts spent, closes the
-  // job as failed. Reports for an older round are ignored.
+  // job as failed. Reports for an older round are ignored. That first report
+  // is the failure's root cause: a host that is the root cause of
+  // config.max_node_failures failures in a row is excluded (never seated
+  // again in the job; its nodes are told NodeExcluded and the round opens
+  // without them). After config.max_no_progress_restarts restarts in a row
+  // whose rounds reached no new step, the job closes as stuck
+  // (JobClosed.no_progress) instead of restarting.
   // A message over kMaxFailureMessageBytes is cut, not refused.
   absl::Status ReportFailure(const NodeKey& node, absl::string_view secret, int64_t round,
                              const Failure& failure, absl::Time now, Effects* effects);
+
+  // How far the node's workers got (a heartbeat or a report carries it).
+  // Only a report of the job's running round, from one of its members,
+  // counts; others change nothing. A step past the job's best so far is a
+  // new step: the round made progress (see ReportFailure), which the
+  // goodput and --max-no-progress-restarts count.
+  // Errors: as Heartbeat; kInvalidArgument a step, count or age out of
+  // bounds (kMaxProgressValue, kMaxProgressAgeMs).
+  absl::Status ReportProgress(const NodeKey& node, absl::string_view secret,
+                              const Progress& progress, absl::Time now, Effects* effects);
 
   // Every worker of `node` succeeded in `round`. The job closes as succeeded
   // once every participant is done.
@@ -260,9 +286,15 @@ class RendezvousState {
     // RoundChanged::Reason, REASON_UNSPECIFIED for the job's first round.
     // Counted since the job came to this server, or since a restart.
     std::array<int64_t, kRoundReasons> rounds{};
+    int64_t step = -1;              // the job's highest step; -1: none reported
+    double seconds_since_step = 0;  // at `now`
+    double steps_per_second = 0;    // of the running round
+    double goodput = 0;             // at `now`
+    int64_t excluded = 0;           // hosts kept out
+    int32_t no_progress_restarts = 0;
   };
-  // Every job, by id.
-  std::vector<JobFigures> Figures() const;
+  // Every job, by id, as of `now`.
+  std::vector<JobFigures> Figures(absl::Time now) const;
 
   // The job's last events, oldest first (at most kMaxJobHistory).
   // Errors: kNotFound unknown job.
@@ -300,6 +332,12 @@ class RendezvousState {
     int64_t join_seq = 0;
     bool watching = false;  // its watch stream is open: it needs no heartbeats
     bool member = false;    // it has had an assignment: its secret is durable
+    // Its workers' progress in the running round: the highest step (-1:
+    // none), when it was written, and the steps a second between the last
+    // two reports that moved it.
+    int64_t step = -1;
+    absl::Time step_time;
+    double steps_per_second = 0;
   };
 
   struct Job {
@@ -342,6 +380,24 @@ class RendezvousState {
     };
     std::map<std::string, Removal> removed;
     std::deque<std::string> removed_order;
+
+    // Progress (ReportProgress). The highest step of the job, when it was
+    // reached, and whether the running round reached a new one.
+    int64_t best_step = -1;
+    absl::Time best_step_time;
+    bool round_progressed = false;
+    bool progressed = false;           // some round reached a new step
+    int32_t no_progress_restarts = 0;  // in a row
+    // Wall time of the ended rounds that made progress (goodput).
+    absl::Duration productive;
+    absl::Time progress_event_at = absl::InfinitePast();
+    // Bad nodes: failures in a row whose root cause was on `failing_host`,
+    // and the hosts kept out, oldest first (at most kMaxExclusions).
+    std::string failing_host;
+    int32_t host_failures = 0;
+    std::deque<Exclusion> excluded;
+    bool stuck = false;    // closing for --max-no-progress-restarts
+    bool stopped = false;  // closing for an operator's Stop: no requeue wanted
   };
   using JobMap = std::map<std::string, Job, std::less<>>;
 
@@ -373,6 +429,41 @@ class RendezvousState {
   void CompleteRound(Job& job, absl::Time now, Effects* effects);
   void OpenNextRound(Job& job, RoundChanged::Reason reason, const std::string& detail,
                      absl::Time now, Effects* effects);
+  // The running round ends (a new one opens, or the job closes): its time
+  // counts towards the goodput when it made progress.
+  static void EndRound(Job& job, absl::Time now);
+  // The share of the job's wall time, up to `now`, in rounds that made progress.
+  static double Goodput(const Job& job, absl::Time now);
+  // Takes the progress of a member of the running round (ReportProgress).
+  void NoteProgress(Job& job, Node& node, const Progress& progress, absl::Time now,
+                    Effects* effects);
+  // What the first failure of a running round leads to: a restart, or the
+  // job's close (`stuck`: for --max-no-progress-restarts), with the host of
+  // `node_id` excluded when `exclusion` says why; `outcome` says it all.
+  struct FailureVerdict {
+    bool restart = false;
+    bool stuck = false;
+    std::optional<std::string> exclusion;
+    std::string outcome;
+  };
+  FailureVerdict JudgeFailure(Job& job, const std::string& node_id, const std::string& detail,
+                              bool preflight_failed) const;
+  // The root cause of the running round's failure was on `host`: counts it,
+  // and says why the host is to be excluded when it has failed
+  // config.max_node_failures times in a row (nullopt: it stays).
+  static std::optional<std::string> CountHostFailure(Job& job, const std::string& host,
+                                                     const std::string& detail);
+  // Keeps `host` out of the job (`node_id`: the node whose failures showed
+  // it): every node of it is told NodeExcluded and taken out of the running
+  // round's participants; the caller then opens the next round or closes
+  // the job, and RemoveExcludedNodes takes them out of the job.
+  void ExcludeHost(Job& job, const std::string& host, const std::string& node_id,
+                   const std::string& cause, absl::Time now, Effects* effects);
+  void RemoveExcludedNodes(Job& job, const std::string& host, absl::Time now, Effects* effects);
+  static const Exclusion* FindExclusion(const Job& job, absl::string_view host);
+  // What the journal keeps of the job's progress, and its inverse.
+  JobProgress DurableProgress(const Job& job) const;
+  static void RestoreProgress(Job& job, const JobProgress& progress);
   // Pending joins fail with `pending_join_code`.
   void Close(Job& job, bool succeeded, const std::string& reason,
              const std::optional<Failure>& root_cause, absl::Time now, Effects* effects,
@@ -395,6 +486,10 @@ class RendezvousState {
   // Adds an event of `job` to its history only, and returns it.
   const JobEvent& KeepEvent(Job& job, JobEvent::Kind kind, absl::string_view node_id,
                             absl::string_view detail, absl::Time now);
+  // The fastest steps a second of a member of the running round (0: none).
+  static double StepsPerSecond(const Job& job);
+  // The job's progress, goodput and exclusions, for a status.
+  static void AddProgress(const Job& job, std::optional<absl::Time> now, StatusResponse* response);
   // The status of `job` (see Status).
   StatusResponse JobStatus(const Job& job, std::optional<absl::Time> now, bool nodes) const;
 

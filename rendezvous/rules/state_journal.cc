@@ -55,6 +55,7 @@ JournalRecord RendezvousState::RoundFormedRecord(const Job& job,
     durable->set_addr(node.addr);
     durable->set_join_seq(node.join_seq);
   }
+  *formed->mutable_progress() = DurableProgress(job);
   return record;
 }
 
@@ -85,6 +86,7 @@ void RendezvousState::RestoreRoundFormed(const RoundFormed& formed, absl::Time n
     job.live_workers += node.info.local_world_size();
     job.participants.push_back(durable.info().node_id());
   }
+  if (formed.has_progress()) RestoreProgress(job, formed.progress());
 }
 
 absl::Status RendezvousState::RestoreRoundOpened(const RoundOpened& opened, absl::Time now) {
@@ -105,6 +107,7 @@ absl::Status RendezvousState::RestoreRoundOpened(const RoundOpened& opened, absl
   job->not_back = job->expected;
   job->participants.clear();
   job->last_round_change = opened.event();
+  if (opened.has_progress()) RestoreProgress(*job, opened.progress());
   return absl::OkStatus();
 }
 
@@ -142,6 +145,8 @@ void RendezvousState::RestoreJobEnded(const JobEnded& ended, absl::Time now) {
   job.succeeded = ended.event().job_closed().succeeded();
   job.close_reason = ended.event().job_closed().reason();
   job.closed_event = ended.event();
+  job.stuck = ended.event().job_closed().no_progress();
+  if (ended.has_progress()) RestoreProgress(job, ended.progress());
   // Its events are not journaled, but how it ended is: a watch of it
   // shows that, and ends.
   job.history.clear();
@@ -204,6 +209,7 @@ std::vector<JournalRecord> RendezvousState::Snapshot() const {
     }
     if (job.phase == Phase::kOpen) {
       out.push_back(RoundOpenedRecord(job.id, job.round, job.restart_count, job.last_round_change));
+      *out.back().mutable_round_opened()->mutable_progress() = DurableProgress(job);
     } else if (job.phase == Phase::kRunning) {
       for (const std::string& node_id : job.done) {
         out.push_back(NodeDoneRecord(job.id, node_id, job.round));
@@ -211,6 +217,7 @@ std::vector<JournalRecord> RendezvousState::Snapshot() const {
     } else {
       out.push_back(
           JobEndedRecord(job.id, job.config, job.round, job.restart_count, job.closed_event));
+      *out.back().mutable_job_ended()->mutable_progress() = DurableProgress(job);
     }
   }
   return out;

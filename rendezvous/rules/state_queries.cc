@@ -106,6 +106,25 @@ const char* RendezvousState::PhaseName(Phase phase) {
   return "closed";
 }
 
+double RendezvousState::StepsPerSecond(const Job& job) {
+  double steps_per_second = 0;
+  if (job.phase != Phase::kRunning) return steps_per_second;
+  for (const std::string& id : job.participants) {
+    steps_per_second = std::max(steps_per_second, job.nodes.at(id).steps_per_second);
+  }
+  return steps_per_second;
+}
+
+void RendezvousState::AddProgress(const Job& job, std::optional<absl::Time> now,
+                                  StatusResponse* response) {
+  response->set_step(job.best_step);
+  if (job.best_step >= 0) response->set_step_unix_ms(absl::ToUnixMillis(job.best_step_time));
+  response->set_steps_per_second(StepsPerSecond(job));
+  response->set_goodput(now ? Goodput(job, *now) : 0);
+  response->set_no_progress_restarts(job.no_progress_restarts);
+  for (const Exclusion& exclusion : job.excluded) *response->add_excluded() = exclusion;
+}
+
 StatusResponse RendezvousState::JobStatus(const Job& job, std::optional<absl::Time> now,
                                           bool nodes) const {
   StatusResponse response;
@@ -151,6 +170,7 @@ StatusResponse RendezvousState::JobStatus(const Job& job, std::optional<absl::Ti
     }
   }
   for (const Failure& failure : job.recent_failures) *response.add_recent_failures() = failure;
+  AddProgress(job, now, &response);
   if (!nodes) return response;
 
   auto add = [&](const std::string& node_id, const Node& node, absl::string_view state,
@@ -167,6 +187,9 @@ StatusResponse RendezvousState::JobStatus(const Job& job, std::optional<absl::Ti
     out->set_joined_unix_ms(absl::ToUnixMillis(node.joined_at));
     out->set_last_seen_unix_ms(absl::ToUnixMillis(node.watching && now ? *now : node.last_seen));
     out->set_watching(node.watching);
+    out->set_step(node.step);
+    if (node.step >= 0) out->set_step_unix_ms(absl::ToUnixMillis(node.step_time));
+    out->set_steps_per_second(node.steps_per_second);
   };
   std::set<std::string> listed;
   if (job.phase != Phase::kOpen) {  // a closed job's last round
@@ -214,7 +237,7 @@ ListJobsResponse RendezvousState::ListJobs(absl::string_view prefix, absl::Time 
   return response;
 }
 
-std::vector<RendezvousState::JobFigures> RendezvousState::Figures() const {
+std::vector<RendezvousState::JobFigures> RendezvousState::Figures(absl::Time now) const {
   std::vector<JobFigures> out;
   out.reserve(jobs_.size());
   for (const auto& [id, job] : jobs_) {
@@ -224,6 +247,12 @@ std::vector<RendezvousState::JobFigures> RendezvousState::Figures() const {
     figures.nodes = static_cast<int64_t>(job.nodes.size());
     figures.restarts = job.restart_count;
     figures.rounds = job.rounds_by_reason;
+    figures.step = job.best_step;
+    figures.seconds_since_step = absl::ToDoubleSeconds(now - job.best_step_time);
+    figures.goodput = Goodput(job, now);
+    figures.excluded = static_cast<int64_t>(job.excluded.size());
+    figures.no_progress_restarts = job.no_progress_restarts;
+    figures.steps_per_second = StepsPerSecond(job);
   }
   return out;
 }

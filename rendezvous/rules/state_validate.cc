@@ -95,6 +95,16 @@ absl::Status ValidateJobConfig(const JobConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_restarts is ", config.max_restarts(), "; give 0 to ", kMaxRestarts));
   }
+  if (config.max_no_progress_restarts() < 0 || config.max_no_progress_restarts() > kMaxRestarts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_no_progress_restarts is ", config.max_no_progress_restarts(),
+                     "; give 0 to ", kMaxRestarts, " (0: no such rule)"));
+  }
+  if (config.max_node_failures() < 0 || config.max_node_failures() > kMaxRestarts) {
+    return absl::InvalidArgumentError(absl::StrCat("max_node_failures is ",
+                                                   config.max_node_failures(), "; give 0 to ",
+                                                   kMaxRestarts, " (0: never exclude a node)"));
+  }
   MUSTER_RETURN_IF_ERROR(CheckTimeout("last_call_timeout", config.last_call_timeout_ms(), 0));
   MUSTER_RETURN_IF_ERROR(CheckTimeout("join_timeout", config.join_timeout_ms(), 0));
   // A node must be able to die: a job without a heartbeat timeout would

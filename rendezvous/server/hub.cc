@@ -305,6 +305,19 @@ void RendezvousHub::CancelWatch(const NodeKey& key, uint64_t ticket) {
 absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const HeartbeatRequest& request) {
   absl::StatusOr<int64_t> round;
   uint64_t position = 0;
+  if (request.has_progress()) {
+    // Progress may tell a job's watchers (a PROGRESS event), as a change does.
+    MUSTER_RETURN_IF_ERROR(Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      const NodeKey key{request.job_id(), request.node_id()};
+      round = state_.Heartbeat(key, request.node_secret(), clock_.Now());
+      if (journal_ != nullptr) position = journal_->written();
+      if (!round.ok()) return round.status();
+      return state_.ReportProgress(key, request.node_secret(), request.progress(), clock_.Now(),
+                                   effects);
+    }));
+    MUSTER_RETURN_IF_ERROR(SyncJournal(position));
+    return round;
+  }
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return Unavailable();
@@ -319,15 +332,25 @@ absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const HeartbeatRequest& request
 
 absl::Status RendezvousHub::ReportFailure(const ReportFailureRequest& request) {
   return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return state_.ReportFailure({request.job_id(), request.node_id()}, request.node_secret(),
-                                request.round(), request.failure(), clock_.Now(), effects);
+    const NodeKey key{request.job_id(), request.node_id()};
+    // How far the round got counts before its failure is judged.
+    if (request.has_progress()) {
+      (void)state_.ReportProgress(key, request.node_secret(), request.progress(), clock_.Now(),
+                                  effects);
+    }
+    return state_.ReportFailure(key, request.node_secret(), request.round(), request.failure(),
+                                clock_.Now(), effects);
   });
 }
 
 absl::Status RendezvousHub::ReportDone(const ReportDoneRequest& request) {
   return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return state_.ReportDone({request.job_id(), request.node_id()}, request.node_secret(),
-                             request.round(), clock_.Now(), effects);
+    const NodeKey key{request.job_id(), request.node_id()};
+    if (request.has_progress()) {
+      (void)state_.ReportProgress(key, request.node_secret(), request.progress(), clock_.Now(),
+                                  effects);
+    }
+    return state_.ReportDone(key, request.node_secret(), request.round(), clock_.Now(), effects);
   });
 }
 
@@ -387,7 +410,7 @@ void RendezvousHub::CancelObserve(const std::string& job_id, uint64_t ticket) {
 
 std::vector<RendezvousState::JobFigures> RendezvousHub::Figures() {
   absl::MutexLock lock(&mu_);
-  return state_.Figures();
+  return state_.Figures(clock_.Now());
 }
 
 RendezvousHub::JobCount RendezvousHub::CountJobs() {

@@ -100,6 +100,22 @@ std::vector<MetricFamily> RendezvousMetrics::Collect() const {
       "Rounds formed, by why the round was opened (start: the job's first)", MetricType::Counter);
   MetricFamily restarts = EmptyFamily("muster_rendezvous_restarts_total",
                                       "Restarts each job has used", MetricType::Counter);
+  MetricFamily step = EmptyFamily("muster_rendezvous_job_step",
+                                  "The highest step each job's workers reported (jobs that report)",
+                                  MetricType::Gauge);
+  MetricFamily pace = EmptyFamily("muster_rendezvous_job_steps_per_second",
+                                  "Steps a second of each job's running round", MetricType::Gauge);
+  MetricFamily since =
+      EmptyFamily("muster_rendezvous_job_seconds_since_step",
+                  "Seconds since each job reached its highest step", MetricType::Gauge);
+  MetricFamily goodput = EmptyFamily(
+      "muster_rendezvous_job_goodput_ratio",
+      "Each job's share of its wall time in rounds that reached a new step", MetricType::Gauge);
+  MetricFamily stuck =
+      EmptyFamily("muster_rendezvous_job_no_progress_restarts",
+                  "Restarts in a row whose round reached no new step", MetricType::Gauge);
+  MetricFamily excluded = EmptyFamily("muster_rendezvous_job_excluded_nodes",
+                                      "Hosts each job has excluded (bad nodes)", MetricType::Gauge);
   for (const RendezvousState::JobFigures& job : jobs) {
     for (auto& [state, count] : states) {
       if (absl::string_view(state) == job.state) ++count;
@@ -113,11 +129,20 @@ std::vector<MetricFamily> RendezvousMetrics::Collect() const {
                 static_cast<double>(job.rounds[reason]));
     }
     AddSample(restarts, {{"job_id", job.id}}, job.restarts);
+    AddSample(goodput, {{"job_id", job.id}}, job.goodput);
+    AddSample(excluded, {{"job_id", job.id}}, static_cast<double>(job.excluded));
+    AddSample(stuck, {{"job_id", job.id}}, job.no_progress_restarts);
+    if (job.step >= 0) {
+      AddSample(step, {{"job_id", job.id}}, static_cast<double>(job.step));
+      AddSample(pace, {{"job_id", job.id}}, job.steps_per_second);
+      AddSample(since, {{"job_id", job.id}}, job.seconds_since_step);
+    }
   }
   for (const auto& [state, count] : states) {
     AddSample(by_state, {{"state", state}}, static_cast<double>(count));
   }
-  for (MetricFamily* family : {&by_state, &nodes, &rounds, &restarts}) {
+  for (MetricFamily* family :
+       {&by_state, &nodes, &rounds, &restarts, &step, &pace, &since, &goodput, &stuck, &excluded}) {
     out.push_back(std::move(*family));
   }
   return out;

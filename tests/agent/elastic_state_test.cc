@@ -41,6 +41,8 @@ ElasticOptions Options(bool hosts = false) {
   options.keep_alive_interval = absl::Milliseconds(kKeepAliveMs);
   options.keep_alive_max_attempt = 3;
   options.shutdown_grace = absl::Milliseconds(kGraceMs);
+  // Off here, so that each test sees its own timers: ProgressTest turns it on.
+  options.progress_poll = absl::ZeroDuration();
   return options;
 }
 
@@ -59,7 +61,10 @@ std::vector<std::string> Names(const Actions& actions) {
           if constexpr (std::is_same_v<T, action::AbandonWorkers>) names.push_back("Abandon");
           if constexpr (std::is_same_v<T, action::ReportFailure>) names.push_back("ReportFailure");
           if constexpr (std::is_same_v<T, action::ReportDone>) names.push_back("ReportDone");
-          if constexpr (std::is_same_v<T, action::SendHeartbeat>) names.push_back("Heartbeat");
+          if constexpr (std::is_same_v<T, action::SendHeartbeat>) {
+            names.push_back(x.progress ? "Heartbeat+progress" : "Heartbeat");
+          }
+          if constexpr (std::is_same_v<T, action::ReadProgress>) names.push_back("ReadProgress");
           if constexpr (std::is_same_v<T, action::OpenWatch>) names.push_back("OpenWatch");
           if constexpr (std::is_same_v<T, action::QueryStatus>) names.push_back("QueryStatus");
           if constexpr (std::is_same_v<T, action::Exit>) {
@@ -1100,6 +1105,164 @@ TEST_F(PreflightTest, ARoundChangeDuringThePreflightRejoinsWithoutIt) {
   Actions rejoined = state_.OnRdzv(rdzv_event::Joined{Assigned(1)}, At(130));
   EXPECT_FALSE(Find<action::StartWorkers>(rejoined).preflight);
   EXPECT_FALSE(state_.in_preflight());
+}
+
+// ---- Progress (MUSTER_PROGRESS_FILE) ----
+
+class ProgressTest : public ElasticStateTest {
+ protected:
+  static ElasticOptions WithPoll() {
+    ElasticOptions options = Options();
+    options.progress_poll = absl::Seconds(1);
+    return options;
+  }
+  ProgressTest() : ElasticStateTest(WithPoll()) {}
+  static NodeProgress Wrote(int64_t step, int64_t at_ms) {
+    return NodeProgress{step, 10 * step, At(at_ms)};
+  }
+};
+
+TEST_F(ProgressTest, TheFilesAreReadEverySecondWhileTheScriptRuns) {
+  ToRunning();
+  EXPECT_EQ(state_.NextDeadline(), At(1'010));
+  EXPECT_THAT(Names(state_.OnTimer(At(1'010))), ElementsAre("ReadProgress"));
+  EXPECT_EQ(state_.NextDeadline(), At(2'010));
+  state_.OnWorkerExit(kExit1, Failure(0), At(1'500));  // stopping: no more reads
+  EXPECT_THAT(Names(state_.OnTimer(At(2'010))), Not(Contains("ReadProgress")));
+}
+
+TEST_F(ProgressTest, TheFirstStepOfARoundIsReportedAtOnceThenAtMostEveryFiveSeconds) {
+  ToRunning();
+  Actions first = state_.OnProgress(Wrote(7, 900), At(1'010));
+  ASSERT_THAT(Names(first), ElementsAre("Heartbeat+progress"));
+  const rdzv::Progress& report = *Find<action::SendHeartbeat>(first).progress;
+  EXPECT_EQ(report.step(), 7);
+  EXPECT_EQ(report.count(), 70);
+  EXPECT_EQ(report.age_ms(), 110);
+  EXPECT_EQ(report.round(), 0);
+  EXPECT_THAT(state_.OnProgress(Wrote(8, 2'000), At(2'010)), IsEmpty()) << "too soon";
+  EXPECT_THAT(state_.OnProgress(Wrote(8, 2'000), At(6'010)), IsEmpty()) << "nothing new";
+  EXPECT_THAT(Names(state_.OnProgress(Wrote(9, 6'000), At(6'010))),
+              ElementsAre("Heartbeat+progress"));
+  EXPECT_EQ(state_.progress().step, 9);
+}
+
+TEST_F(ProgressTest, ANewRoundReportsItsFirstStepAtOnceAgain) {
+  ToRunning();
+  state_.OnProgress(Wrote(100, 1'000), At(1'010));
+  state_.OnRdzv(RoundChangedTo(1), At(1'100));
+  state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(1'110));
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(1'120));
+  state_.OnRdzv(rdzv_event::Joined{Assigned(1, 1)}, At(1'200));
+  state_.OnWorkersStarted(2, std::nullopt, At(1'210));
+  EXPECT_EQ(state_.progress().step, -1);
+  // From its checkpoint: a lower step, the round's first.
+  Actions actions = state_.OnProgress(Wrote(50, 1'500), At(1'600));
+  ASSERT_THAT(Names(actions), ElementsAre("Heartbeat+progress"));
+  EXPECT_EQ(Find<action::SendHeartbeat>(actions).progress->round(), 1);
+}
+
+TEST_F(ProgressTest, ThePreflightReportsNoProgress) {
+  ElasticOptions options = WithPoll();
+  options.preflight = true;
+  ElasticState state(options);
+  state.Start(At(0));
+  state.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  state.OnWorkersStarted(2, std::nullopt, At(10));
+  ASSERT_TRUE(state.in_preflight());
+  EXPECT_THAT(state.OnProgress(Wrote(1, 20), At(30)), IsEmpty());
+  EXPECT_NE(state.NextDeadline(), At(1'010));
+}
+
+RdzvEvent Closed(bool no_progress, bool progressed, int64_t last_step) {
+  rdzv::WatchEvent event;
+  rdzv::JobClosed* closed = event.mutable_job_closed();
+  closed->set_reason("rank 0 on node-a failed with exit code 1");
+  closed->set_no_progress(no_progress);
+  closed->set_progressed(progressed);
+  closed->set_last_step(last_step);
+  closed->set_goodput(0.8);
+  return rdzv_event::Pushed{1, event};
+}
+
+TEST_F(ProgressTest, AStuckJobExitsWithTheNoProgressCode) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  Actions actions = state_.OnRdzv(Closed(true, false, -1), At(120));
+  ASSERT_THAT(Names(actions), ElementsAre("Exit 70"));
+  EXPECT_THAT(Find<action::Exit>(actions).summary, HasSubstr("do not requeue"));
+}
+
+TEST_F(ProgressTest, AJobThatMadeProgressExitsWithTheRequeueCode) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  Actions actions = state_.OnRdzv(Closed(false, true, 1'234), At(120));
+  ASSERT_THAT(Names(actions), ElementsAre("Exit 75"));
+  EXPECT_THAT(Find<action::Exit>(actions).summary,
+              AllOf(HasSubstr("last step: 1234"), HasSubstr("goodput 80%"),
+                    HasSubstr("a requeue resumes it")));
+}
+
+TEST_F(ProgressTest, AJobWithNoStepReportedExitsOneAsBefore) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  Actions actions = state_.OnRdzv(Closed(false, false, -1), At(120));
+  ASSERT_THAT(Names(actions), ElementsAre("Exit 1"));
+  EXPECT_EQ(Find<action::Exit>(actions).summary, "");
+}
+
+TEST_F(ProgressTest, ASuccessSaysTheLastStepThisNodeReached) {
+  ToRunning(1);
+  state_.OnProgress(Wrote(42, 500), At(1'000));
+  state_.OnWorkerExit(kSuccess, Failure(0, 0), At(1'100));
+  Actions actions = state_.OnRdzv(rdzv_event::DoneReported{absl::OkStatus()}, At(1'200));
+  ASSERT_THAT(Names(actions), ElementsAre("Exit 0"));
+  EXPECT_THAT(Find<action::Exit>(actions).summary, HasSubstr("reached: 42"));
+}
+
+// ---- Bad nodes ----
+
+RdzvEvent Excluded() {
+  rdzv::WatchEvent event;
+  rdzv::Exclusion* exclusion = event.mutable_node_excluded()->mutable_exclusion();
+  exclusion->set_host("node-a");
+  exclusion->set_cause("its workers were the root cause of 3 failures of the job in a row");
+  return rdzv_event::Pushed{1, event};
+}
+
+TEST_F(ElasticStateTest, AnExcludedNodeStopsItsWorkersAndExitsNamingTheCause) {
+  ToRunning();
+  Actions actions = state_.OnRdzv(Excluded(), At(100));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(actions), Contains(HasSubstr("excluded this node's host node-a")));
+  state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
+  Actions exited = state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120));
+  ASSERT_THAT(Names(exited), ElementsAre("Exit 69"));
+  const action::Exit& exit = Find<action::Exit>(exited);
+  EXPECT_THAT(exit.why, AllOf(HasSubstr("node-a"), HasSubstr("root cause of 3 failures")));
+  ASSERT_TRUE(exit.excluded);
+  EXPECT_EQ(exit.excluded->host(), "node-a");
+  EXPECT_FALSE(exit.leave_reason) << "the rendezvous removed it already";
+}
+
+TEST_F(ElasticStateTest, AnExclusionWhileStoppingWinsOverTheJobsClose) {
+  ToStoppingAfterFailure();
+  state_.OnRdzv(Excluded(), At(105));
+  state_.OnRdzv(JobClosed(false, "no restarts left"), At(106));
+  Actions exited = state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  ASSERT_THAT(Names(exited), ElementsAre("Exit 69"));
+  EXPECT_THAT(Find<action::Exit>(exited).report, HasSubstr("train.py")) << "its own failure";
+}
+
+TEST_F(ElasticStateTest, AJoinRefusedForAnExcludedHostExitsWithTheExcludedCode) {
+  ToJoining();
+  Actions actions = state_.OnRdzv(
+      rdzv_event::Joined{absl::FailedPreconditionError(absl::StrCat(
+          "host node-a ", rdzv::kExcludedFromJob, " 'x': its workers were the root cause"))},
+      At(1));
+  ASSERT_THAT(Names(actions), ElementsAre("Exit 69"));
+  EXPECT_THAT(Find<action::Exit>(actions).why, HasSubstr("refused this node"));
+  EXPECT_TRUE(Find<action::Exit>(actions).excluded);
 }
 
 }  // namespace

@@ -16,7 +16,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/support/temp_dir.h"
 
 namespace muster {
 namespace {
@@ -43,6 +46,15 @@ class Target {
     while (read(execd[0], &byte, 1) < 0 && errno == EINTR) {
     }
     close(execd[0]);
+  }
+  // Returns once the exec'd sleep sleeps (its start-up, the loader's work
+  // included, is over), or after 5 s.
+  void WaitAsleep() const {
+    const std::string wchan = absl::StrCat("/proc/", pid_, "/wchan");
+    for (int i = 0; i < 5'000; ++i) {
+      if (absl::StrContains(support::ReadFile(wchan), "nanosleep")) return;
+      usleep(1'000);
+    }
   }
   ~Target() {
     kill(pid_, SIGKILL);
@@ -219,6 +231,7 @@ TEST(CaptureStacksTest, AProcessInDStateForAMomentIsAttachedOnceItIsOut) {
 TEST(CaptureStacksTest, RealToolsShowWhereASleepingProcessIs) {
   if (system("command -v eu-stack > /dev/null") != 0) GTEST_SKIP() << "no eu-stack (elfutils)";
   Target target;  // exec'd
+  target.WaitAsleep();
   std::map<pid_t, std::string> stacks = CaptureStacks(
       {{target.pid(), StackToolsFor(target.pid(), "/nonexistent")}}, absl::Seconds(5), 1 << 20);
   EXPECT_THAT(stacks[target.pid()], HasSubstr("native frames (eu-stack):\nPID "));

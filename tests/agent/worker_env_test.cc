@@ -39,6 +39,7 @@ WorkerIdentity Worker(int local_rank, int local_world_size) {
   worker.run_id = "job7";
   worker.role = "trainer";
   worker.error_file = "/logs/attempt_2/1/error.json";
+  worker.progress_file = "/logs/attempt_2/1/progress";
   return worker;
 }
 
@@ -60,6 +61,7 @@ TEST(WorkerEnvironmentTest, SetsEveryTorchrunVariable) {
   EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "job7");
   EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");
   EXPECT_EQ(env["TORCHELASTIC_ERROR_FILE"], "/logs/attempt_2/1/error.json");
+  EXPECT_EQ(env["MUSTER_PROGRESS_FILE"], "/logs/attempt_2/1/progress");
   EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
   EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
   EXPECT_EQ(env["OMP_NUM_THREADS"], "1");

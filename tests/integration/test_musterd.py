@@ -186,8 +186,9 @@ class BadInput(MusterdTest):
 
     def test_rdzv_id_of_one_megabyte_is_refused_by_musterd(self):
         musterd, port = self.start_musterd()
-        # JoinRequest.job_id, and protocol_version 1 (field 5, a varint)
-        join = proto_string(1, "j" * (1 << 20)) + varint(5 << 3) + varint(1)
+        # JoinRequest.job_id, and protocol_version 2 (field 5, a varint;
+        # rendezvous/rules/protocol.h)
+        join = proto_string(1, "j" * (1 << 20)) + varint(5 << 3) + varint(2)
         status, message = grpc_unary(port, "/muster.rdzv.Rendezvous/Join", join)
         self.assertEqual(status, 3, message)  # INVALID_ARGUMENT
         self.assertIn("job id (--rdzv-id) is 1048576 characters long", message)

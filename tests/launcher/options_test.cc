@@ -783,6 +783,27 @@ TEST(ParseCommandLineTest, MaxRestartsErrors) {
   }
 }
 
+TEST(ParseCommandLineTest, RulesOfProgressAndBadNodes) {
+  const LaunchConfig defaults = Config({"t.py"});
+  EXPECT_EQ(defaults.max_no_progress_restarts, 0) << "off unless asked";
+  EXPECT_EQ(defaults.max_node_failures, 3);
+  EXPECT_EQ(defaults.on_node_excluded, "");
+  const LaunchConfig given =
+      Config({"--max-no-progress-restarts", "2", "--max_node_failures=0", "--on-node-excluded",
+              "scontrol update nodename=$MUSTER_EXCLUDED_HOST state=drain", "t.py"});
+  EXPECT_EQ(given.max_no_progress_restarts, 2);
+  EXPECT_EQ(given.max_node_failures, 0);
+  EXPECT_EQ(given.on_node_excluded, "scontrol update nodename=$MUSTER_EXCLUDED_HOST state=drain");
+  for (const std::string bad : {"-1", "x", "1000001"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Error({"--max-no-progress-restarts", bad, "t.py"}),
+                AllOf(HasSubstr("--max-no-progress-restarts " + bad), HasSubstr("0 to 1000000")));
+    EXPECT_THAT(Error({"--max-node-failures", bad, "t.py"}),
+                AllOf(HasSubstr("--max-node-failures " + bad), HasSubstr("0: never exclude")));
+  }
+  EXPECT_THAT(Error({"--on-node-excluded", " ", "t.py"}), HasSubstr("an empty command"));
+}
+
 TEST(ParseCommandLineTest, MonitorIntervalErrors) {
   for (const std::string bad : {"0", "-1", "x", "nan"}) {
     SCOPED_TRACE(bad);

@@ -125,6 +125,52 @@ TEST_F(HubTest, SilentNodeIsLostWhenTheClockReachesItsHeartbeatTimeoutAndNotBefo
   EXPECT_THAT(events[0].round_changed().detail(), HasSubstr("host-b"));
 }
 
+TEST_F(HubTest, AHeartbeatCarriesProgressAndAFailureReportTheStepItCameAfter) {
+  JobConfig config = Config(1, 1);
+  config.set_max_no_progress_restarts(1);
+  absl::StatusOr<Assignment> assigned = Join("a", config).Wait();
+  ASSERT_TRUE(assigned.ok());
+  HeartbeatRequest beat;
+  beat.set_job_id("job");
+  beat.set_node_id("a");
+  beat.set_node_secret(assigned->node_secret());
+  beat.mutable_progress()->set_step(12);
+  beat.mutable_progress()->set_round(0);
+  ASSERT_TRUE(hub_.Heartbeat(beat).ok());
+  EXPECT_EQ(JobStatus().step(), 12);
+  beat.mutable_progress()->set_step(-5);
+  EXPECT_EQ(hub_.Heartbeat(beat).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // Restart 1 reaches step 13 just before it fails: a new step, no stop.
+  ReportFailureRequest failed;
+  failed.set_job_id("job");
+  failed.set_node_id("a");
+  failed.set_node_secret(assigned->node_secret());
+  failed.set_round(0);
+  failed.mutable_failure()->set_host("host-a");
+  ASSERT_TRUE(hub_.ReportFailure(failed).ok());
+  auto rejoin = [&] {
+    JoinRequest request = Request("a", config);
+    request.set_node_secret(assigned->node_secret());
+    Pending<absl::StatusOr<Assignment>> join;
+    hub_.Join(request, "10.0.0.1", hub_.NewTicket(), join.Callback());
+    return join.Wait().ok();
+  };
+  ASSERT_TRUE(rejoin());
+  failed.set_round(1);
+  failed.mutable_progress()->set_step(13);
+  failed.mutable_progress()->set_round(1);
+  ASSERT_TRUE(hub_.ReportFailure(failed).ok());
+  EXPECT_EQ(JobStatus().state(), "open");
+  EXPECT_EQ(JobStatus().step(), 13);
+  // Restart 2 reaches nothing new: stuck.
+  ASSERT_TRUE(rejoin());
+  failed.set_round(2);
+  ASSERT_TRUE(hub_.ReportFailure(failed).ok());
+  EXPECT_EQ(JobStatus().state(), "closed");
+  EXPECT_THAT(JobStatus().close_reason(), HasSubstr("no new step"));
+}
+
 TEST_F(HubTest, LastCallCompletesTheRoundAtMinNodesWhenTheClockReachesItAndNotBefore) {
   JobConfig config = Config(2, 3);
   config.set_last_call_timeout_ms(kLastCallMs);
