@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <random>
 #include <set>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -173,6 +174,10 @@ class Agent::Impl {
   void Do(Actions actions);
   void Do(const action::Join& join);
   void Do(const action::StartWorkers& start);
+  // Starts them now; Do waits first, after a round, for the GPUs to be freed.
+  void StartNow(const action::StartWorkers& start);
+  // The wait for the last round's GPU memory is over: the pending start goes.
+  void OnGpuRelease(const GpuRelease& release);
   void Do(const action::SignalWorkers& signal);
   void Do(const action::AbandonWorkers&);
   void Do(const action::ReportFailure& report);
@@ -235,6 +240,10 @@ class Agent::Impl {
   bool log_root_is_temp_ = false;
   std::string run_dir_;
   int exit_code_ = kExitWorkersFailed;
+  // The pids of the last round's workers, for the wait for its GPU memory;
+  // the start that waits for it.
+  std::vector<pid_t> last_workers_;
+  std::optional<action::StartWorkers> pending_start_;
 };
 
 absl::Status Agent::Impl::SetUp() {
@@ -293,6 +302,7 @@ absl::Status Agent::Impl::SetUp() {
 }
 
 void Agent::Impl::OnGpuCheck(GpuCheckOutput out) {
+  if (out.release) OnGpuRelease(*out.release);
   // Found while the round ran; told only while it still does.
   if (state_.phase() != AgentPhase::kRunning || state_.in_preflight()) return;
   for (const std::string& error : out.errors) logger_->warn("{}", error);
@@ -592,6 +602,36 @@ void Agent::Impl::Do(const action::Join& join) {
 }
 
 void Agent::Impl::Do(const action::StartWorkers& start) {
+  if (gpu_watcher_ && !last_workers_.empty() && config_.gpu_release_wait.count() > 0) {
+    pending_start_ = start;
+    gpu_watcher_->AwaitRelease(std::exchange(last_workers_, {}),
+                               absl::FromChrono(config_.gpu_release_wait));
+    return;
+  }
+  StartNow(start);
+}
+
+void Agent::Impl::OnGpuRelease(const GpuRelease& release) {
+  if (!pending_start_ || state_.done()) return;
+  if (!release.holders.empty()) {
+    std::vector<std::string> held;
+    for (const GpuHolder& holder : release.holders) {
+      held.push_back(absl::StrCat("pid ", holder.pid, " on GPU ", holder.gpu));
+    }
+    logger_->warn(
+        "{:.1f} s after the last round ended, its processes still hold memory on this node's "
+        "GPUs ({}); starting the round anyway (--gpu-release-wait)",
+        absl::ToDoubleSeconds(release.waited), absl::StrJoin(held, ", "));
+  } else if (release.waited >= absl::Milliseconds(100)) {
+    logger_->info("waited {:.1f} s for the last round's processes to free this node's GPUs",
+                  absl::ToDoubleSeconds(release.waited));
+  }
+  action::StartWorkers start = *std::move(pending_start_);
+  pending_start_.reset();
+  StartNow(start);
+}
+
+void Agent::Impl::StartNow(const action::StartWorkers& start) {
   const NodePlacement placement = PlacementFor(start.assignment, options_);
   const WorkerGroup::Instead preflight = PreflightCommand(options_.allreduce);
   WorkerGroup::Started started =
@@ -614,6 +654,9 @@ void Agent::Impl::Do(const action::StartWorkers& start) {
                     ", ranks ", RankRange(placement.rank_base, started.count), " of ",
                     placement.world_size, ", restarts ", placement.restart_count, "/",
                     placement.max_restarts));
+  for (const WorkerGroup::Worker& worker : workers_->workers()) {
+    if (worker.process) last_workers_.push_back(worker.process->pid());
+  }
   Do(state_.OnWorkersStarted(started.count, std::move(started.failure), clock_.Now()));
   if (gpu_watcher_ && !start.preflight && state_.phase() == AgentPhase::kRunning) {
     std::vector<GpuWorker> running;

@@ -146,6 +146,10 @@ struct LaunchConfig {
   std::chrono::milliseconds gpu_check_interval{30'000};
   // --gpu-report: a console line of the GPUs' figures every few minutes.
   bool gpu_report = false;
+  // --gpu-release-wait: before a restarted round starts, how long the agent
+  // waits at most for the last round's processes to free this node's GPUs
+  // (NVML's process lists; needs the GPU check); 0: no wait.
+  std::chrono::milliseconds gpu_release_wait{50'000};
   int node_rank = 0;
   bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";

@@ -119,8 +119,7 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
     if (absl::IsUnauthenticated(status)) {
       // The client's message names the rendezvous and the token file.
       ExitFailed(std::string(status.message()), out);
-    } else if (absl::IsFailedPrecondition(status) &&
-               absl::StrContains(status.message(), rdzv::kExcludedFromJob)) {
+    } else if (absl::StrContains(status.message(), rdzv::kExcludedFromJob)) {
       ExitExcluded(absl::StrCat("the rendezvous at ", options_.rdzv_target,
                                 " refused this node: ", status.message()),
                    out);
@@ -235,6 +234,17 @@ void ElasticState::OnAllStopped(absl::Time now, Actions* out) {
     case AfterStop::kExitFailed: ExitFailed(closed_ ? closed_->reason() : "", out); break;
     case AfterStop::kExitSignal: Finish(128 + stop_signal_, out); break;
     case AfterStop::kExitExcluded:
+      if (options_.hosts_rendezvous && !closed_) {
+        // The other nodes still need the rendezvous: stay, without workers,
+        // until the job ends. Out of the job, this node gets no pushes: its
+        // heartbeats tell when it closed.
+        Log(out, Level::kInfo,
+            "this node hosts the job's rendezvous: it stays, without workers, until the job ends");
+        phase_ = AgentPhase::kFinishing;
+        watch_started_ = false;
+        heartbeat_at_ = now + options_.keep_alive_interval;
+        break;
+      }
       ExitExcluded(absl::StrCat("this node's host ", excluded_->host(),
                                 " is excluded from the job: ", excluded_->cause()),
                    out);
@@ -648,7 +658,11 @@ void ElasticState::OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Ac
       break;
     case AgentPhase::kFinishing:
     case AgentPhase::kJoining:
-      if (closed.succeeded()) {
+      if (excluded_) {
+        ExitExcluded(absl::StrCat("this node's host ", excluded_->host(),
+                                  " was excluded from the job: ", excluded_->cause()),
+                     out);
+      } else if (closed.succeeded()) {
         Finish(kExitSuccess, out);
       } else {
         ExitFailed(closed.reason(), out);

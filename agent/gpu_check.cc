@@ -113,13 +113,55 @@ void GpuCheck::RoundEnded() {
   next_sample_.reset();
 }
 
+void GpuCheck::AwaitRelease(std::vector<pid_t> old_workers, pid_t agent_pid, absl::Time now,
+                            absl::Duration limit) {
+  release_ =
+      ReleaseWait{{old_workers.begin(), old_workers.end()}, agent_pid, now, now + limit, now};
+}
+
+std::vector<GpuHolder> GpuCheck::OldRoundHolders(GpuCheckOutput& out) {
+  std::vector<GpuHolder> holders;
+  for (int gpu : options_.gpus) {
+    absl::StatusOr<std::vector<pid_t>> pids = source_.ReadProcesses(gpu);
+    if (!pids.ok()) {
+      ReadError(gpu, pids.status(), out);
+      continue;
+    }
+    for (pid_t pid : *pids) {
+      bool old = release_->old_workers.contains(pid);
+      // A bound on the walk: a pid namespace is at most this deep in parents.
+      pid_t up = pid;
+      for (int steps = 0; !old && up > 1 && steps < 4096; ++steps) {
+        up = parent_of_(up);
+        old = up == release_->agent_pid;
+      }
+      if (old) holders.push_back({pid, gpu});
+    }
+  }
+  return holders;
+}
+
+void GpuCheck::LookForRelease(absl::Time now, GpuCheckOutput& out) {
+  if (!release_ || now < release_->next_look) return;
+  std::vector<GpuHolder> holders = OldRoundHolders(out);
+  if (holders.empty() || now >= release_->deadline) {
+    out.release = GpuRelease{now - release_->started, std::move(holders)};
+    release_.reset();
+    return;
+  }
+  release_->next_look = std::min(now + kReleasePoll, release_->deadline);
+}
+
 std::optional<absl::Time> GpuCheck::NextDeadline() const {
-  if (!next_check_ || !next_sample_) return std::nullopt;
-  return std::min(*next_check_, *next_sample_);
+  std::optional<absl::Time> next;
+  if (next_check_ && next_sample_) next = std::min(*next_check_, *next_sample_);
+  if (release_ && (!next || release_->next_look < *next)) next = release_->next_look;
+  return next;
 }
 
 GpuCheckOutput GpuCheck::OnTimer(absl::Time now) {
   GpuCheckOutput out;
+  LookForRelease(now, out);
   if (!next_check_ || !next_sample_) return out;
   const bool check = now >= *next_check_;
   if (check || now >= *next_sample_) {

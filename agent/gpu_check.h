@@ -99,6 +99,19 @@ struct GpuFigures {
   std::vector<int> local_ranks;  // of this node's, those that use it
 };
 
+// A process of the last round that holds memory on one of this node's GPUs.
+struct GpuHolder {
+  pid_t pid = 0;
+  int gpu = 0;
+};
+
+// How the wait for the last round's GPU memory ended (GpuCheck::AwaitRelease).
+struct GpuRelease {
+  absl::Duration waited;
+  // Still holding memory when the bound ran out; empty: every GPU was freed.
+  std::vector<GpuHolder> holders;
+};
+
 // What a check found; all empty most of the time.
 struct GpuCheckOutput {
   std::vector<std::string> warnings;  // new: to log as warnings
@@ -111,6 +124,8 @@ struct GpuCheckOutput {
   // A GPU that could not be read, said once (NVML errors are per device
   // and per feature).
   std::vector<std::string> errors;
+  // The wait AwaitRelease began is over.
+  std::optional<GpuRelease> release;
 };
 
 class GpuCheck {
@@ -124,7 +139,18 @@ class GpuCheck {
   // The workers are stopping or gone: no checks until the next round.
   void RoundEnded();
 
-  // When OnTimer must next run; nullopt: no round runs.
+  // Before the next round's workers start: waits until no process of the
+  // last round holds memory on this node's GPUs (NVML's process lists: a
+  // CUDA context can take seconds to go after its process was killed).
+  // Of the last round: a pid of `old_workers`, or a process whose parents
+  // lead to `agent_pid` (what a worker started, reparented to the agent).
+  // Looks now, then every kReleasePoll, until `limit` from `now`; OnTimer
+  // then gives GpuCheckOutput::release, with the holders left if any.
+  void AwaitRelease(std::vector<pid_t> old_workers, pid_t agent_pid, absl::Time now,
+                    absl::Duration limit);
+  static constexpr absl::Duration kReleasePoll = absl::Milliseconds(100);
+
+  // When OnTimer must next run; nullopt: nothing to do.
   std::optional<absl::Time> NextDeadline() const;
   GpuCheckOutput OnTimer(absl::Time now);
 
@@ -163,6 +189,17 @@ class GpuCheck {
   // The worker a process belongs to (itself or an ancestor); -1: none.
   int LocalRankOf(pid_t pid) const;
   void ReadError(int gpu, const absl::Status& status, GpuCheckOutput& out);
+  // AwaitRelease's look: the last round's processes on this node's GPUs.
+  std::vector<GpuHolder> OldRoundHolders(GpuCheckOutput& out);
+  void LookForRelease(absl::Time now, GpuCheckOutput& out);
+
+  // AwaitRelease's wait, while one runs.
+  struct ReleaseWait {
+    std::set<pid_t> old_workers;
+    pid_t agent_pid = 0;
+    absl::Time started, deadline, next_look;
+  };
+  std::optional<ReleaseWait> release_;
 
   GpuSource& source_;
   const GpuCheckOptions options_;

@@ -1,5 +1,7 @@
 #include "agent/gpu_watcher.h"
 
+#include <unistd.h>
+
 #include <thread>
 #include <utility>
 
@@ -30,15 +32,33 @@ struct GpuWatcher::Shared {
   bool ended ABSL_GUARDED_BY(mu) = false;
   // The thread's: when its check wants to run next.
   std::optional<absl::Time> due ABSL_GUARDED_BY(mu);
+  // AwaitRelease's, not yet taken by the thread.
+  std::optional<std::pair<std::vector<pid_t>, absl::Duration>> release ABSL_GUARDED_BY(mu);
+  // The check does not run (no NVML, no GPU): a release is answered at once.
+  bool off ABSL_GUARDED_BY(mu) = false;
 
   void Run();
+  // The check will not run: says so to a release asked for, and to later ones.
+  void TurnOff();
 };
+
+void GpuWatcher::Shared::TurnOff() {
+  absl::MutexLock lock(&mu);
+  off = true;
+  if (release && !stop) {
+    release.reset();
+    GpuCheckOutput out;
+    out.release = GpuRelease{};
+    deliver(std::move(out));
+  }
+}
 
 void GpuWatcher::Shared::Run() {
   auto logger = Logger("agent");
   absl::StatusOr<std::unique_ptr<GpuSource>> source = OpenNvml(options.library);
   if (!source.ok()) {
     logger->debug("GPU check off: {}", source.status().message());
+    TurnOff();
     return;
   }
   absl::StatusOr<std::vector<int>> gpus =
@@ -46,6 +66,7 @@ void GpuWatcher::Shared::Run() {
   if (!gpus.ok() || gpus->empty()) {
     logger->info("GPU check off: {}",
                  gpus.ok() ? "no GPU is given to this node" : gpus.status().message());
+    TurnOff();
     return;
   }
   options.check.gpus = *std::move(gpus);
@@ -55,11 +76,13 @@ void GpuWatcher::Shared::Run() {
   GpuCheck check(**source, options.check, ParentPid);
   while (true) {
     std::optional<std::vector<GpuWorker>> new_round;
+    std::optional<std::pair<std::vector<pid_t>, absl::Duration>> release_asked;
     bool round_ended = false;
     {
       absl::MutexLock lock(&mu);
       auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-        return stop || started.has_value() || ended || (due && absl::Now() >= *due);
+        return stop || started.has_value() || ended || release.has_value() ||
+               (due && absl::Now() >= *due);
       };
       if (due) {
         mu.AwaitWithDeadline(absl::Condition(&wake), *due);
@@ -69,9 +92,14 @@ void GpuWatcher::Shared::Run() {
       if (stop) return;
       std::swap(new_round, started);
       std::swap(round_ended, ended);
+      std::swap(release_asked, release);
     }
     if (round_ended) check.RoundEnded();
     if (new_round) check.RoundStarted(*std::move(new_round), absl::Now());
+    if (release_asked) {
+      check.AwaitRelease(std::move(release_asked->first), getpid(), absl::Now(),
+                         release_asked->second);
+    }
     std::optional<absl::Time> next = check.NextDeadline();
     if (next && absl::Now() >= *next) {
       GpuCheckOutput out = check.OnTimer(absl::Now());
@@ -109,6 +137,17 @@ void GpuWatcher::RoundStarted(std::vector<GpuWorker> workers) {
   absl::MutexLock lock(&shared_->mu);
   shared_->started = std::move(workers);
   shared_->ended = false;
+}
+
+void GpuWatcher::AwaitRelease(std::vector<pid_t> old_workers, absl::Duration limit) {
+  absl::MutexLock lock(&shared_->mu);
+  if (shared_->off) {
+    GpuCheckOutput out;
+    out.release = GpuRelease{};
+    shared_->deliver(std::move(out));
+    return;
+  }
+  shared_->release.emplace(std::move(old_workers), limit);
 }
 
 void GpuWatcher::RoundEnded() {

@@ -38,6 +38,12 @@ class GpuWatcher {
   // The round's workers started now / are stopping. Any thread.
   void RoundStarted(std::vector<GpuWorker> workers);
   void RoundEnded();
+  // Before the next round starts: waits, at most `limit`, until no process
+  // of the last round (`old_workers`, or what they started) holds memory on
+  // this node's GPUs (GpuCheck::AwaitRelease); `deliver` then gets a
+  // GpuCheckOutput with `release` set. Where there is no NVML or no GPU,
+  // that comes at once, with nothing waited. Any thread.
+  void AwaitRelease(std::vector<pid_t> old_workers, absl::Duration limit);
 
  private:
   struct Shared;

@@ -85,7 +85,7 @@ std::vector<MetricFamily> AgentMetrics::Collect() const {
     out.push_back(OneSample("muster_agent_step",
                             "The highest step this node's workers wrote (MUSTER_PROGRESS_FILE)",
                             MetricType::Gauge, job, static_cast<double>(step_)));
-    out.push_back(OneSample("muster_agent_step_count",
+    out.push_back(OneSample("muster_agent_step_items",
                             "The count written beside that step (samples, tokens: the script's)",
                             MetricType::Gauge, job, static_cast<double>(count_)));
     out.push_back(OneSample("muster_agent_steps_per_second",

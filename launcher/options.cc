@@ -72,6 +72,7 @@ enum class Key {
   kPreflight,
   kGpuCheckInterval,
   kGpuReport,
+  kGpuReleaseWait,
   kPrintCompletion,
   kHelp,
   kVersion,
@@ -186,8 +187,8 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      ""},
     {Key::kMaxNodeFailures, "--max-node-failures", "--max-node-failures,--max_node_failures", "",
      "K", "3", kRestartGroup,
-     "exclude a host whose workers caused K failures of the job\n"
-     "in a row; a spare takes its seat; 0: never",
+     "exclude the host of a node whose workers caused K failures\n"
+     "of the job in a row; a spare takes its seat; 0: never",
      ""},
     {Key::kOnNodeExcluded, "--on-node-excluded", "--on-node-excluded,--on_node_excluded", "", "CMD",
      "none", kRestartGroup,
@@ -258,6 +259,12 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
     {Key::kGpuReport, "--gpu-report", "--gpu-report,--gpu_report", "", "", "off", kGpuGroup,
      "a console line per node every 5 minutes: each GPU's\n"
      "utilization, memory used and local ranks",
+     ""},
+    {Key::kGpuReleaseWait, "--gpu-release-wait", "--gpu-release-wait,--gpu_release_wait", "",
+     "SECONDS", "50", kGpuGroup,
+     "before a restarted round starts, wait at most SECONDS for\n"
+     "the last round's processes to free this node's GPUs\n"
+     "(NVML's process lists); 0: do not wait",
      ""},
     {Key::kPrintCompletion, "--print-completion", "--print-completion,--print_completion", "",
      "bash|zsh|tcsh", "", kOtherGroup, "print a completion script for this shell and exit",
@@ -849,6 +856,12 @@ absl::Status ApplyRun(const GivenOptions& given, LaunchConfig& config) {
     if (!seconds.ok()) return seconds.status();
     if (*seconds > 0 && *seconds < 1) return Invalid(*interval, "below a second", kFix);
     config.gpu_check_interval = SecondsToMillis(*seconds);
+  }
+  if (const Given* wait = given.Get(Key::kGpuReleaseWait)) {
+    absl::StatusOr<double> seconds = ParseSeconds(
+        *wait, /*allow_zero=*/true, "give --gpu-release-wait SECONDS (>= 0; 0: no wait), e.g. 50");
+    if (!seconds.ok()) return seconds.status();
+    config.gpu_release_wait = SecondsToMillis(*seconds);
   }
   absl::StatusOr<bool> gpu_report = FlagIsOn(given, Key::kGpuReport);
   if (!gpu_report.ok()) return gpu_report.status();

@@ -391,10 +391,11 @@ class RendezvousState {
     // Wall time of the ended rounds that made progress (goodput).
     absl::Duration productive;
     absl::Time progress_event_at = absl::InfinitePast();
-    // Bad nodes: failures in a row whose root cause was on `failing_host`,
-    // and the hosts kept out, oldest first (at most kMaxExclusions).
-    std::string failing_host;
-    int32_t host_failures = 0;
+    // Bad nodes: failures in a row whose root cause was node `failing_node`
+    // (an agent: several may share a host), and the hosts kept out, oldest
+    // first (at most kMaxExclusions).
+    std::string failing_node;
+    int32_t node_failures = 0;
     std::deque<Exclusion> excluded;
     bool stuck = false;    // closing for --max-no-progress-restarts
     bool stopped = false;  // closing for an operator's Stop: no requeue wanted
@@ -448,10 +449,11 @@ class RendezvousState {
   };
   FailureVerdict JudgeFailure(Job& job, const std::string& node_id, const std::string& detail,
                               bool preflight_failed) const;
-  // The root cause of the running round's failure was on `host`: counts it,
-  // and says why the host is to be excluded when it has failed
-  // config.max_node_failures times in a row (nullopt: it stays).
-  static std::optional<std::string> CountHostFailure(Job& job, const std::string& host,
+  // The root cause of the running round's failure was node `node_id`:
+  // counts it, and says why its host is to be excluded when the node has
+  // been the root cause config.max_node_failures times in a row (nullopt:
+  // it stays).
+  static std::optional<std::string> CountNodeFailure(Job& job, const std::string& node_id,
                                                      const std::string& detail);
   // Keeps `host` out of the job (`node_id`: the node whose failures showed
   // it): every node of it is told NodeExcluded and taken out of the running

@@ -101,7 +101,7 @@ RendezvousState::FailureVerdict RendezvousState::JudgeFailure(Job& job, const st
   }
   // A round that a restart began, and that reached no new step.
   if (!job.round_progressed && job.restart_count > 0) ++job.no_progress_restarts;
-  verdict.exclusion = CountHostFailure(job, job.nodes.at(node_id).info.host(), detail);
+  verdict.exclusion = CountNodeFailure(job, node_id, detail);
   const int32_t stuck_after = job.config.max_no_progress_restarts();
   verdict.stuck = !verdict.exclusion && stuck_after > 0 && job.no_progress_restarts >= stuck_after;
   verdict.restart = !verdict.stuck && job.restart_count < job.config.max_restarts();
@@ -125,18 +125,18 @@ RendezvousState::FailureVerdict RendezvousState::JudgeFailure(Job& job, const st
   return verdict;
 }
 
-std::optional<std::string> RendezvousState::CountHostFailure(Job& job, const std::string& host,
+std::optional<std::string> RendezvousState::CountNodeFailure(Job& job, const std::string& node_id,
                                                              const std::string& detail) {
-  if (host == job.failing_host) {
-    ++job.host_failures;
+  if (node_id == job.failing_node) {
+    ++job.node_failures;
   } else {
-    job.failing_host = host;
-    job.host_failures = 1;
+    job.failing_node = node_id;
+    job.node_failures = 1;
   }
   const int32_t limit = job.config.max_node_failures();
   // A job of one node has no other to go on with.
-  if (limit <= 0 || job.config.max_nodes() <= 1 || job.host_failures < limit) return std::nullopt;
-  return absl::StrCat("its workers were the root cause of ", job.host_failures,
+  if (limit <= 0 || job.config.max_nodes() <= 1 || job.node_failures < limit) return std::nullopt;
+  return absl::StrCat("its workers were the root cause of ", job.node_failures,
                       " failures of the job in a row (--max-node-failures ", limit,
                       "); the last: ", detail);
 }
@@ -156,8 +156,8 @@ void RendezvousState::ExcludeHost(Job& job, const std::string& host, const std::
   exclusion.set_cause(CutText(cause, kMaxDetailBytes));
   exclusion.set_time_unix_ms(absl::ToUnixMillis(now));
   if (job.excluded.size() > kMaxExclusions) job.excluded.pop_front();
-  job.failing_host.clear();
-  job.host_failures = 0;
+  job.failing_node.clear();
+  job.node_failures = 0;
   // The job goes on with other nodes: its no-progress count starts again.
   job.no_progress_restarts = 0;
   WatchEvent event;
@@ -182,7 +182,9 @@ void RendezvousState::RemoveExcludedNodes(Job& job, const std::string& host, abs
   }
   for (const std::string& id : ids) {
     if (job.phase == Phase::kClosed) return;
-    RemoveNode(job, id, "excluded (a bad node)", now, effects);
+    // The words an agent knows its exclusion by, should its pending join fail first.
+    RemoveNode(job, id, absl::StrCat(kExcludedFromJob, " '", job.id, "' (a bad node)"), now,
+               effects);
   }
 }
 
@@ -193,8 +195,8 @@ JobProgress RendezvousState::DurableProgress(const Job& job) const {
   progress.set_no_progress_restarts(job.no_progress_restarts);
   progress.set_productive_ms(absl::ToInt64Milliseconds(job.productive));
   progress.set_progressed(job.progressed);
-  progress.set_failing_host(job.failing_host);
-  progress.set_host_failures(job.host_failures);
+  progress.set_failing_node(job.failing_node);
+  progress.set_node_failures(job.node_failures);
   for (const Exclusion& exclusion : job.excluded) *progress.add_excluded() = exclusion;
   progress.set_created_unix_ms(absl::ToUnixMillis(job.created_at));
   return progress;
@@ -206,8 +208,8 @@ void RendezvousState::RestoreProgress(Job& job, const JobProgress& progress) {
   job.no_progress_restarts = std::max(0, progress.no_progress_restarts());
   job.productive = absl::Milliseconds(std::max<int64_t>(0, progress.productive_ms()));
   job.progressed = progress.progressed();
-  job.failing_host = progress.failing_host();
-  job.host_failures = std::max(0, progress.host_failures());
+  job.failing_node = progress.failing_node();
+  job.node_failures = std::max(0, progress.node_failures());
   job.excluded.assign(progress.excluded().begin(), progress.excluded().end());
   while (job.excluded.size() > kMaxExclusions) job.excluded.pop_front();
   if (progress.created_unix_ms() > 0) {

@@ -1254,6 +1254,33 @@ TEST_F(ElasticStateTest, AnExclusionWhileStoppingWinsOverTheJobsClose) {
   EXPECT_THAT(Find<action::Exit>(exited).report, HasSubstr("train.py")) << "its own failure";
 }
 
+TEST_F(ElasticStateTest, AnExcludedNodeThatHostsTheRendezvousStaysUntilTheJobEnds) {
+  ElasticState host(Options(/*hosts=*/true));
+  host.Start(At(0));
+  host.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  host.OnWorkersStarted(1, std::nullopt, At(10));
+  host.OnRdzv(WatchStarted(1), At(11));
+  host.OnRdzv(Excluded(), At(100));
+  Actions stopped = host.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
+  EXPECT_THAT(Names(stopped), IsEmpty()) << "the other nodes still need its rendezvous";
+  EXPECT_THAT(Logs(stopped), Contains(HasSubstr("stays, without workers")));
+  // Out of the job, it is pushed nothing: its heartbeats find the close.
+  EXPECT_THAT(Names(host.OnTimer(At(110 + kKeepAliveMs))), ElementsAre("Heartbeat"));
+  EXPECT_THAT(Names(host.OnRdzv(Beat(absl::NotFoundError("dropped")), At(5'200))), IsEmpty());
+  Actions closed =
+      host.OnRdzv(Beat(absl::FailedPreconditionError("job 'x' is closed: done")), At(9'000));
+  ASSERT_THAT(Names(closed), ElementsAre("Exit 69"));
+}
+
+TEST_F(ElasticStateTest, AJoinThatFailsForAnExclusionExitsWithTheExcludedCode) {
+  ToJoining();
+  Actions actions = state_.OnRdzv(
+      rdzv_event::Joined{absl::AbortedError(absl::StrCat(
+          "removed from job 'x': node node-a ", rdzv::kExcludedFromJob, " 'x' (a bad node)"))},
+      At(1));
+  ASSERT_THAT(Names(actions), ElementsAre("Exit 69"));
+}
+
 TEST_F(ElasticStateTest, AJoinRefusedForAnExcludedHostExitsWithTheExcludedCode) {
   ToJoining();
   Actions actions = state_.OnRdzv(

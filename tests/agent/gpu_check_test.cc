@@ -266,5 +266,73 @@ TEST_F(GpuCheckTest, AnUnreadableGpuIsSaidOnceAndLeftOut) {
   EXPECT_THAT(out.warnings, IsEmpty()) << "an unknown GPU is not an unused one";
 }
 
+// ---- The last round's GPU memory, before the next round starts ----
+
+class GpuReleaseTest : public GpuCheckTest {
+ protected:
+  static constexpr pid_t kAgent = 50;
+  // Runs every timer due up to `t`; the release, once the wait ended.
+  std::optional<GpuRelease> ReleaseBy(double t) {
+    std::optional<GpuRelease> release;
+    while (check_->NextDeadline() && *check_->NextDeadline() <= At(t)) {
+      GpuCheckOutput out = check_->OnTimer(*check_->NextDeadline());
+      if (out.release) release = out.release;
+    }
+    return release;
+  }
+};
+
+TEST_F(GpuReleaseTest, NothingHeldStartsAtOnce) {
+  Make(2, 2);
+  check_->RoundEnded();
+  check_->AwaitRelease({100, 101}, kAgent, At(10), absl::Seconds(50));
+  EXPECT_EQ(check_->NextDeadline(), At(10)) << "it looks at once";
+  std::optional<GpuRelease> release = ReleaseBy(10);
+  ASSERT_TRUE(release);
+  EXPECT_EQ(release->waited, absl::ZeroDuration());
+  EXPECT_THAT(release->holders, IsEmpty());
+  EXPECT_EQ(check_->NextDeadline(), std::nullopt);
+}
+
+TEST_F(GpuReleaseTest, AnOldWorkerThatStillHoldsMemoryIsWaitedForUntilItIsGone) {
+  Make(2, 2);
+  check_->RoundEnded();
+  Place({0, 1});  // the old workers' contexts are still there
+  check_->AwaitRelease({100, 101}, kAgent, At(10), absl::Seconds(50));
+  EXPECT_FALSE(ReleaseBy(12.9));
+  EXPECT_EQ(*check_->NextDeadline(), At(13)) << "looked again every 100 ms";
+  fake_->processes.clear();  // gone 3 s after
+  std::optional<GpuRelease> release = ReleaseBy(13.05);
+  ASSERT_TRUE(release);
+  EXPECT_THAT(release->holders, IsEmpty());
+  EXPECT_EQ(release->waited, absl::Seconds(3));
+}
+
+TEST_F(GpuReleaseTest, WhatAWorkerStartedCountsAndOthersProcessesDoNot) {
+  Make(2, 2);
+  check_->RoundEnded();
+  parents_[300] = kAgent;                 // a worker's child, reparented to the agent
+  parents_[301] = 300;                    // and its own child
+  fake_->processes[0] = {300, 301, 999};  // 999: another job's
+  check_->AwaitRelease({100, 101}, kAgent, At(0), absl::Seconds(1));
+  std::optional<GpuRelease> release = ReleaseBy(1);
+  ASSERT_TRUE(release) << "the bound ran out";
+  EXPECT_EQ(release->waited, absl::Seconds(1));
+  ASSERT_THAT(release->holders, SizeIs(2));
+  EXPECT_EQ(release->holders[0].pid, 300);
+  EXPECT_EQ(release->holders[1].pid, 301);
+  EXPECT_EQ(release->holders[1].gpu, 0);
+}
+
+TEST_F(GpuReleaseTest, AGpuThatCannotBeReadIsSaidAndNotWaitedFor) {
+  Make(2, 2);
+  check_->RoundEnded();
+  fake_->broken.insert(1);
+  check_->AwaitRelease({100}, kAgent, At(0), absl::Seconds(5));
+  GpuCheckOutput out = check_->OnTimer(At(0));
+  ASSERT_TRUE(out.release);
+  EXPECT_THAT(out.errors, SizeIs(1));
+}
+
 }  // namespace
 }  // namespace muster

@@ -5,11 +5,16 @@ musterd and muster agents on loopback; the attacker is rdzv-call and
 rdzv-flood (tests/tools), clients of proto/rendezvous.proto of our own."""
 import json
 import os
+import re
 import subprocess
 import unittest
 
-from harness import MUSTER, RDZV_CALL, RDZV_FLOOD, run, wait_for
+from harness import MUSTER, RDZV_CALL, RDZV_FLOOD, ROOT, run, wait_for
 from test_trust import NODE_ID, TrustTest
+
+# The version this build speaks (rendezvous/rules/protocol.h), as an agent sends it.
+with open(os.path.join(ROOT, "rendezvous", "rules", "protocol.h")) as _header:
+    PROTOCOL_VERSION = int(re.search(r"kProtocolVersion = (\d+);", _header.read()).group(1))
 
 JOB = "guarded"
 
@@ -70,10 +75,11 @@ class Insider(AttackTest):
             ("ReportDone", {"jobId": JOB, "nodeId": victim, "round": "0"}),
             ("Leave", {"jobId": JOB, "nodeId": victim, "reason": "evil"}),
             ("Watch", {"jobId": JOB, "nodeId": victim}),
-            ("Join", {"jobId": JOB, "protocolVersion": 1,
+            ("Join", {"jobId": JOB, "protocolVersion": PROTOCOL_VERSION,
                       "config": {"minNodes": 2, "maxNodes": 2, "maxRestarts": 1,
                                  "lastCallTimeoutMs": "30000", "joinTimeoutMs": "600000",
-                                 "heartbeatTimeoutMs": "30000"},
+                                 "heartbeatTimeoutMs": "30000",
+                                 "maxNodeFailures": 3},  # --max-node-failures' default
                       "node": {"nodeId": victim, "host": "evil", "localWorldSize": 1,
                                "nodeRankHint": 0, "masterPortCandidate": 1}}),
         ]

@@ -207,3 +207,72 @@ class Preflight(TempDirTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+# Attempt 0 starts a process of its own session (the agent's group kill does
+# not reach it, as a CUDA context being torn down lingers) that "holds" GPU 0
+# for HOLD seconds, then fails; attempt 1 records when it started.
+RELEASE_WORKER = """
+import os, subprocess, sys, time
+d, work = os.environ["FAKE_NVML_DIR"], os.environ["WORK"]
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+if attempt == "0":
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1])); "
+         "open(sys.argv[2], 'w').write(repr(time.time()))", os.environ["HOLD"],
+         os.path.join(work, "released")], start_new_session=True)
+    open(os.path.join(work, "holder"), "w").write(str(holder.pid))
+    open(os.path.join(d, "pids", str(holder.pid)), "w").write("0")
+    time.sleep(0.2)
+    sys.exit(1)
+open(os.path.join(work, "started.1"), "w").write(repr(time.time()))
+"""
+
+
+class GpuRelease(GpuCheckTest):
+    """4: a restarted round waits for the last round's GPU memory, bounded."""
+
+    def setUp(self):
+        super().setUp()
+        self.gpus(1, busy=[])
+        self.work = self.path("work")
+        os.makedirs(self.work)
+        self.worker = self.path("release_worker.py")
+        with open(self.worker, "w") as f:
+            f.write(RELEASE_WORKER)
+        self.addCleanup(self.kill_holder)
+
+    def kill_holder(self):
+        path = os.path.join(self.work, "holder")
+        if os.path.exists(path):
+            try:
+                os.kill(int(open(path).read()), 9)
+            except ProcessLookupError:
+                pass
+
+    def run_job(self, hold, *args):
+        return muster("--standalone", "--nproc-per-node", "1", "--max-restarts", "1", *args,
+                      self.worker, timeout=120, MUSTER_NVML_LIBRARY=FAKE_NVML,
+                      FAKE_NVML_DIR=self.nvml, WORK=self.work, HOLD=hold)
+
+    def test_the_next_round_starts_once_the_old_holder_is_gone(self):
+        r = self.run_job("3")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        released = float(open(os.path.join(self.work, "released")).read())
+        started = float(open(os.path.join(self.work, "started.1")).read())
+        self.assertGreaterEqual(started, released, r.stderr)
+        self.assertRegex(r.stderr, r"waited [0-9.]+ s for the last round's processes to free "
+                                   r"this node's GPUs")
+
+    def test_a_holder_that_never_goes_is_named_and_the_round_starts_after_the_bound(self):
+        r = self.run_job("60", "--gpu-release-wait", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        holder = int(open(os.path.join(self.work, "holder")).read())
+        self.assertFalse(os.path.exists(os.path.join(self.work, "released")))
+        self.assertIn(f"still hold memory on this node's GPUs (pid {holder} on GPU 0); starting "
+                      "the round anyway", r.stderr)
+
+    def test_no_wait_when_asked_for_none(self):
+        r = self.run_job("60", "--gpu-release-wait", "0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("GPUs", r.stderr.split("restart 1 of 1")[-1])
+

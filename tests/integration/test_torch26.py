@@ -24,6 +24,8 @@ EXPLAINED = {
     "TORCHELASTIC_SIGNALS_TO_HANDLE": ("SIGTERM,SIGINT,SIGHUP,SIGQUIT", None),
 }
 PER_RUN = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
+# muster's own, which torchrun has no counterpart of: where a worker may write its step.
+MUSTER_ONLY = {"MUSTER_PROGRESS_FILE"}
 
 
 WHY_NOT = torch2.available()
@@ -92,12 +94,16 @@ class Torch26(torch2.WithBundle, TempDirTest):
                 with self.subTest(var=var, rank=rank):
                     if var in EXPLAINED:
                         self.assertEqual((a.get(var), b.get(var)), EXPLAINED[var])
+                    elif var in MUSTER_ONLY:
+                        self.assertIn(var, a)
+                        self.assertNotIn(var, b)
                     elif var in PER_RUN:
                         self.assertIn(var, a)
                         self.assertIn(var, b)
                     else:
                         self.assertEqual(a.get(var), b.get(var))
             self.assertTrue(a["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{rank}/error.json"))
+            self.assertTrue(a["MUSTER_PROGRESS_FILE"].endswith(f"/attempt_0/{rank}/progress"))
             self.assertEqual(a["MASTER_ADDR"], "127.0.0.1")
 
     def test_file_timer_of_torch_26(self):

@@ -118,7 +118,32 @@ class Health(TrustTest):
         self.assertIn("--drain soon", result.stderr)
 
 
-class JobView(TrustTest, OnDemandWorkers):
+class Scraping:
+    """For a test with self.token (the job's token file), self.read and
+    self.logs(): the metrics of a process that logged their URL."""
+
+    def scrape(self, name):
+        """The samples at the /metrics that `name` (musterd, a0, ...) logged,
+        by (metric, labels); the text passes promtool check metrics."""
+        found = wait_for(lambda: METRICS_URL.search(self.read(f"{name}.err")), 30)
+        self.assertTrue(found, f"{name} logged no metrics URL:\n{self.logs()}")
+        url = METRICS_URL.search(self.read(f"{name}.err")).group(1)
+        # The job's token guards them: HTTP basic auth, the token as password.
+        refused = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", url], timeout=30)
+        self.assertEqual(refused.stdout, "401", refused.stderr)
+        wrong = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--user",
+                     "muster:guess", url], timeout=30)
+        self.assertEqual(wrong.stdout, "401", wrong.stderr)
+        curl = run(["curl", "-sSf", "--max-time", "10", "--user",
+                    f"muster:{read_file(self.token).strip()}", url], timeout=30)
+        self.assertEqual(curl.returncode, 0, curl.stderr)
+        check = subprocess.run(["promtool", "check", "metrics"], input=curl.stdout, text=True,
+                               capture_output=True, timeout=60)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr + curl.stdout)
+        return parse_metrics(curl.stdout)
+
+
+class JobView(TrustTest, OnDemandWorkers, Scraping):
     """musterctl status, watch and stop, and musterd --event-log, against a
     real musterd (with a token) and real agents whose workers the test ends."""
 
@@ -235,26 +260,6 @@ class JobView(TrustTest, OnDemandWorkers):
         self.assertEqual(len(replay.stdout.splitlines()), 7, replay.stdout)
         self.assertRegex(replay.stdout.splitlines()[-1],
                          r"round 1 +job_closed +succeeded: every node finished$")
-
-    def scrape(self, name):
-        """The samples at the /metrics that `name` (musterd, a0, ...) logged,
-        by (metric, labels); the text passes promtool check metrics."""
-        found = wait_for(lambda: METRICS_URL.search(self.read(f"{name}.err")), 30)
-        self.assertTrue(found, f"{name} logged no metrics URL:\n{self.logs()}")
-        url = METRICS_URL.search(self.read(f"{name}.err")).group(1)
-        # The job's token guards them: HTTP basic auth, the token as password.
-        refused = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", url], timeout=30)
-        self.assertEqual(refused.stdout, "401", refused.stderr)
-        wrong = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--user",
-                     "muster:guess", url], timeout=30)
-        self.assertEqual(wrong.stdout, "401", wrong.stderr)
-        curl = run(["curl", "-sSf", "--max-time", "10", "--user",
-                    f"muster:{read_file(self.token).strip()}", url], timeout=30)
-        self.assertEqual(curl.returncode, 0, curl.stderr)
-        check = subprocess.run(["promtool", "check", "metrics"], input=curl.stdout, text=True,
-                               capture_output=True, timeout=60)
-        self.assertEqual(check.returncode, 0, check.stdout + check.stderr + curl.stdout)
-        return parse_metrics(curl.stdout)
 
     def check_dashboard(self, scraped):
         """examples/grafana-muster.json asks only for metrics that were scraped,

@@ -804,6 +804,15 @@ TEST(ParseCommandLineTest, RulesOfProgressAndBadNodes) {
   EXPECT_THAT(Error({"--on-node-excluded", " ", "t.py"}), HasSubstr("an empty command"));
 }
 
+TEST(ParseCommandLineTest, GpuReleaseWait) {
+  EXPECT_EQ(Config({"t.py"}).gpu_release_wait, std::chrono::milliseconds(50'000));
+  EXPECT_EQ(Config({"--gpu-release-wait", "2.5", "t.py"}).gpu_release_wait,
+            std::chrono::milliseconds(2'500));
+  EXPECT_EQ(Config({"--gpu_release_wait=0", "t.py"}).gpu_release_wait.count(), 0);
+  EXPECT_THAT(Error({"--gpu-release-wait", "-1", "t.py"}),
+              AllOf(HasSubstr("--gpu-release-wait -1"), HasSubstr("0: no wait")));
+}
+
 TEST(ParseCommandLineTest, MonitorIntervalErrors) {
   for (const std::string bad : {"0", "-1", "x", "nan"}) {
     SCOPED_TRACE(bad);

@@ -287,6 +287,24 @@ TEST_F(ProgressTest, FailuresOfDifferentHostsAreNotInARow) {
   EXPECT_EQ(JobStatus().restart_count(), 4);
 }
 
+TEST_F(ProgressTest, AgentsSharingAHostCountApartAndAreExcludedTogether) {
+  config_ = Config(3, 3, /*max_restarts=*/5);
+  config_.set_max_node_failures(2);
+  const std::vector<Spec> nodes = {Spec("a1").Host("host-a"), Spec("a2").Host("host-a"), {"b"}};
+  Form(nodes, At(0));
+  Fail("a1", 0, At(100));
+  Rejoin(nodes, At(200));
+  Fail("a2", 1, At(300));  // the same host, another agent: not in a row
+  Rejoin(nodes, At(400));
+  EXPECT_THAT(JobStatus().excluded(), IsEmpty());
+  // a2 twice in a row: its host goes, a1 with it.
+  auto pushed = Pushed(Fail("a2", 2, At(500)));
+  EXPECT_TRUE(pushed["a1"].at(0).has_node_excluded());
+  EXPECT_TRUE(pushed["a2"].at(0).has_node_excluded());
+  EXPECT_THAT(JobStatus().excluded(), SizeIs(1));
+  EXPECT_EQ(JobStatus().node_count(), 1);
+}
+
 TEST_F(ProgressTest, WithNoSpareTheJobWaitsForAJoinUntilJoinTimeout) {
   config_ = Config(2, 2, /*max_restarts=*/5);
   config_.set_max_node_failures(1);
