@@ -164,6 +164,10 @@ class Agent::Impl {
     gpu_watcher_.reset();  // posts nothing after this
     workers_.reset();      // kills and reaps any worker still running
     client_.reset();       // no callback runs after this
+    if (!progress_dir_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(progress_dir_, ignored);
+    }
   }
 
   absl::StatusOr<int> Run();
@@ -239,6 +243,7 @@ class Agent::Impl {
   std::string log_root_;                     // --log-dir, or a temporary directory we made
   bool log_root_is_temp_ = false;
   std::string run_dir_;
+  std::string progress_dir_;  // on /dev/shm, removed at the end; empty: none made
   int exit_code_ = kExitWorkersFailed;
   // The pids of the last round's workers, for the wait for its GPU memory;
   // the start that waits for it.
@@ -282,6 +287,9 @@ absl::Status Agent::Impl::SetUp() {
   group.host = options_.host;
   group.run_dir = run_dir_;
   group.base_env = options_.base_env;
+  // The workers' progress files on a tmpfs when there is one; else beside their logs.
+  std::string progress_dir = "/dev/shm/muster-progress-XXXXXX";
+  if (mkdtemp(progress_dir.data()) != nullptr) progress_dir_ = group.progress_dir = progress_dir;
   if (config_.numa_binding != NumaBinding::kNone) group.numa = PlanNuma();
   if (FindEnv(group.base_env, kEnableFileTimerEnv) == "1") {
     MUSTER_RETURN_IF_ERROR(StartFileTimer(group.base_env));

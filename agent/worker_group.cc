@@ -125,7 +125,12 @@ std::optional<WorkerFailure> WorkerGroup::StartWorker(const NodePlacement& place
   worker.rank = placement.rank_base + local_rank;
   const std::string rank_dir = absl::StrCat(attempt_dir, "/", local_rank);
   worker.error_file = rank_dir + "/error.json";
-  if (instead == nullptr) worker.progress_file = rank_dir + "/progress";
+  if (instead == nullptr) {
+    worker.progress_file =
+        options_.progress_dir.empty()
+            ? rank_dir + "/progress"
+            : absl::StrCat(options_.progress_dir, "/attempt_", attempt_, ".", local_rank);
+  }
   absl::Status dir = MakeDirs(rank_dir);
   if (!dir.ok()) logger_->warn("cannot create {}: {}", rank_dir, dir.message());
 
@@ -189,6 +194,7 @@ WorkerGroup::Started WorkerGroup::Start(const NodePlacement& placement, int atte
                                       : absl::StrCat(options_.run_dir, "/attempt_", attempt);
   for (Worker& worker : workers_) DrainAndClose(worker);
   workers_.clear();
+  attempt_ = attempt;
   // Reserved: the output readers hold pointers to the workers.
   workers_.reserve(options_.nproc);
   Started started;

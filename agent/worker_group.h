@@ -35,6 +35,11 @@ struct WorkerGroupOptions {
   int console_err = 2;
   // --numa-binding: each local rank's CPUs and memory nodes; empty: unbound.
   std::vector<CpuBinding> numa;
+  // Where the workers' MUSTER_PROGRESS_FILEs go (attempt_<n>.<local_rank>):
+  // a private directory on a tmpfs, where a write costs microseconds (on
+  // ext4 a rewrite of a truncated file is flushed at its close); empty: in
+  // each rank's log directory.
+  std::string progress_dir;
 };
 
 class WorkerGroup {
@@ -129,6 +134,7 @@ class WorkerGroup {
   std::vector<Worker> workers_;
   std::vector<std::unique_ptr<Process>> abandoned_;
   bool wrote_script_ = false;  // <run_dir>/pystacks.py, for CaptureStacks
+  int attempt_ = 0;            // of the workers that run
 };
 
 }  // namespace muster

@@ -1,7 +1,7 @@
 // What progress reporting (MUSTER_PROGRESS_FILE, agent/progress.h) costs: a
 // worker writing its step at every step, and the agent reading the files.
 //
-//   build/bench/progress_cost [--reports 200000] [--dir DIR] [--python /usr/bin/python3]
+//   build/bench/progress_cost [--reports 200000] [--dir DIR]... [--python /usr/bin/python3]
 //
 // The worker's side, per report: Python as the README shows it (open, write,
 // close: `with open(path, "w") as f: f.write(...)`) and the cheaper way
@@ -10,15 +10,19 @@
 // The agent's side: ReadProgressFile (open, fstat, pread, parse, close) per
 // call, and what the agent spends a second on a node of 8 workers (it reads
 // each file once a second). The goal (issue 32): 10 µs or less per report.
-// The files go to --dir (default: TMPDIR, else /tmp, where the agent's log
-// directory goes by default).
+// Each --dir is measured: by default /dev/shm, where the agent puts the
+// files, and TMPDIR (else /tmp), its log directory's default, where it puts
+// them on a node with no /dev/shm.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -77,27 +81,15 @@ void Line(const char* what, double us) {
   std::printf("  %-52s %8.2f us  (%.2fx the 10 us goal)\n", what, us, us / kGoalUs);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"What progress reporting costs a worker and the agent"};
-  int reports = 200'000;
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-  std::string python = "/usr/bin/python3";
-  app.add_option("--reports", reports, "reports (and reads) timed")->check(CLI::PositiveNumber);
-  app.add_option("--dir", dir, "where the progress file goes");
-  app.add_option("--python", python, "the interpreter of the Python figures");
-  CLI11_PARSE(app, argc, argv);
-
+// The figures of one directory's file system.
+void Measure(const std::string& dir, int reports, const std::string& python) {
   std::string made = dir + "/muster-progress-XXXXXX";
   if (mkdtemp(made.data()) == nullptr) {
-    std::perror("mkdtemp");
-    return 1;
+    std::printf("%s: cannot make a directory there (%s)\n", dir.c_str(), std::strerror(errno));
+    return;
   }
   const std::string path = made + "/progress";
-
-  std::printf("progress reporting, %d reports, file in %s\n", reports, made.c_str());
+  std::printf("\nin %s, %d reports:\n", dir.c_str(), reports);
   std::printf("a worker, per report:\n");
   Line("Python: with open(path, 'w') as f: f.write(...)",
        PythonReport(python, path, reports, /*pwrite=*/false));
@@ -115,7 +107,6 @@ int main(int argc, char** argv) {
          if (pwrite(kept, line.data(), line.size(), 0) < 0) std::abort();
        }));
   close(kept);
-
   int64_t sum = 0;
   const double read_us = Time(reports, [&](int) {
     std::optional<muster::NodeProgress> read = muster::ReadProgressFile(path);
@@ -125,9 +116,27 @@ int main(int argc, char** argv) {
   std::printf("  %-52s %8.2f us\n", "ReadProgressFile, per read", read_us);
   std::printf("  %-52s %8.2f us a second (%.5f%% of a core)\n",
               "8 workers, each file read once a second", 8 * read_us, 8 * read_us / 1e4);
-  std::printf("(checksum %lld)\n", static_cast<long long>(sum));
+  if (sum <= 0) std::printf("(no read saw a step)\n");
   unlink(path.c_str());
   unlink((path + ".py").c_str());
   rmdir(made.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"What progress reporting costs a worker and the agent"};
+  int reports = 200'000;
+  const char* tmp = std::getenv("TMPDIR");
+  // Where the agent puts the files (/dev/shm), and where it falls back to
+  // without one (the log directory's default, TMPDIR or /tmp).
+  std::vector<std::string> dirs = {"/dev/shm", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp"};
+  std::string python = "/usr/bin/python3";
+  app.add_option("--reports", reports, "reports (and reads) timed")->check(CLI::PositiveNumber);
+  app.add_option("--dir", dirs, "where the progress files go, each measured");
+  app.add_option("--python", python, "the interpreter of the Python figures");
+  CLI11_PARSE(app, argc, argv);
+  std::printf("progress reporting: what a worker and the agent pay (goal: 10 us a report)\n");
+  for (const std::string& dir : dirs) Measure(dir, reports, python);
   return 0;
 }

@@ -103,7 +103,7 @@ class Torch26(torch2.WithBundle, TempDirTest):
                     else:
                         self.assertEqual(a.get(var), b.get(var))
             self.assertTrue(a["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{rank}/error.json"))
-            self.assertTrue(a["MUSTER_PROGRESS_FILE"].endswith(f"/attempt_0/{rank}/progress"))
+            self.assertTrue(a["MUSTER_PROGRESS_FILE"].endswith(f"/attempt_0.{rank}"))
             self.assertEqual(a["MASTER_ADDR"], "127.0.0.1")
 
     def test_file_timer_of_torch_26(self):
