@@ -39,10 +39,11 @@ SERVING = re.compile(r"musterd: serving rendezvous on \S+:(\d+)$", re.M)
 # $1: the bad host; $2: the directory. Times are CLOCK_REALTIME in ns (date +%s%N).
 WORKER = r'''
 host=$(hostname)
-date +%s%N > "$2/start.$host.$TORCHELASTIC_RESTART_COUNT"
+stamp() { date +%s%N > "$2/$1.tmp" && mv "$2/$1.tmp" "$2/$1"; }  # never read half written
+stamp "start.$host.$TORCHELASTIC_RESTART_COUNT" "$2"
 if [ "$host" = "$1" ]; then
   sleep 0.3
-  date +%s%N > "$2/fail.$TORCHELASTIC_RESTART_COUNT"
+  stamp "fail.$TORCHELASTIC_RESTART_COUNT" "$2"
   exit 1
 fi
 i=0
