@@ -190,6 +190,7 @@ class Agent::Impl {
   void Do(const action::ReadProgress&);
   void Do(const action::OpenWatch& watch);
   void Do(const action::QueryStatus&);
+  void Do(const action::ExcludeSelf& exclude);
   void Do(const action::Log& log);
   void Do(const action::Exit& exit);
 
@@ -311,6 +312,10 @@ absl::Status Agent::Impl::SetUp() {
 
 void Agent::Impl::OnGpuCheck(GpuCheckOutput out) {
   if (out.release) OnGpuRelease(*out.release);
+  if (!out.faults.empty()) {
+    for (const std::string& fault : out.faults) Emit("gpu_fault", state_.round(), fault);
+    Do(state_.OnNodeFault(absl::StrJoin(out.faults, "; "), clock_.Now()));
+  }
   // Found while the round ran; told only while it still does.
   if (state_.phase() != AgentPhase::kRunning || state_.in_preflight()) return;
   for (const std::string& error : out.errors) logger_->warn("{}", error);
@@ -808,6 +813,25 @@ void Agent::Impl::Do(const action::QueryStatus&) {
   request.set_job_id(config_.rdzv_id);
   client_->Status(request, kRpcTimeout, [this](absl::StatusOr<rdzv::StatusResponse> status) {
     Post(rdzv_event::JobStatusAnswered{std::move(status)});
+  });
+}
+
+void Agent::Impl::Do(const action::ExcludeSelf& exclude) {
+  rdzv::LeaveRequest request;
+  request.set_job_id(config_.rdzv_id);
+  request.set_node_id(node_id_);
+  request.set_node_secret(node_secret_);
+  request.set_reason(exclude.cause);
+  request.set_exclude(true);
+  client_->Leave(request, kRpcTimeout, [this](absl::Status status) {
+    if (!status.ok()) {
+      loop_->Post([this, status] {
+        logger_->warn(
+            "could not tell the rendezvous that this node is bad: {}; it drops the "
+            "node when its heartbeats stop",
+            status.message());
+      });
+    }
   });
 }
 

@@ -234,7 +234,7 @@ void ElasticState::OnAllStopped(absl::Time now, Actions* out) {
     case AfterStop::kExitFailed: ExitFailed(closed_ ? closed_->reason() : "", out); break;
     case AfterStop::kExitSignal: Finish(128 + stop_signal_, out); break;
     case AfterStop::kExitExcluded:
-      if (options_.hosts_rendezvous && !closed_) {
+      if (options_.hosts_rendezvous && !closed_ && in_job_) {
         // The other nodes still need the rendezvous: stay, without workers,
         // until the job ends. Out of the job, this node gets no pushes: its
         // heartbeats tell when it closed.
@@ -245,9 +245,10 @@ void ElasticState::OnAllStopped(absl::Time now, Actions* out) {
         heartbeat_at_ = now + options_.keep_alive_interval;
         break;
       }
-      ExitExcluded(absl::StrCat("this node's host ", excluded_->host(),
-                                " is excluded from the job: ", excluded_->cause()),
-                   out);
+      ExitExcluded(
+          absl::StrCat("this node", excluded_->host().empty() ? "" : "'s host ", excluded_->host(),
+                       " is excluded from the job: ", excluded_->cause()),
+          out);
       break;
     case AfterStop::kExitLeave: {
       Finish(kExitWorkersFailed, out);
@@ -472,6 +473,24 @@ void ElasticState::OnNodeExcluded(const rdzv::Exclusion& exclusion, absl::Time n
   Log(out, Level::kError,
       absl::StrCat("the job excluded this node's host ", exclusion.host(), ": ", exclusion.cause(),
                    "; the job goes on without it"));
+  StopForExclusion(now, out);
+}
+
+Actions ElasticState::OnNodeFault(const std::string& cause, absl::Time now) {
+  Actions out;
+  if (excluded_ || phase_ == AgentPhase::kIdle || phase_ == AgentPhase::kExiting) return out;
+  rdzv::Exclusion exclusion;
+  exclusion.set_cause(absl::StrCat("its own health check failed: ", cause));
+  excluded_ = exclusion;
+  Log(&out, Level::kError,
+      absl::StrCat("this node is bad: ", cause,
+                   "; it leaves the job, which excludes its host and goes on without it"));
+  if (in_job_) out.push_back(action::ExcludeSelf{cause});
+  StopForExclusion(now, &out);
+  return out;
+}
+
+void ElasticState::StopForExclusion(absl::Time now, Actions* out) {
   switch (phase_) {
     case AgentPhase::kRunning:
       after_stop_ = AfterStop::kExitExcluded;

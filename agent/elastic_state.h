@@ -158,6 +158,11 @@ struct OpenWatch {
 };
 // Ask the job's status, for the progress line while this node waits.
 struct QueryStatus {};
+// This node found itself bad (`cause`: a GPU fault): leave the job asking
+// that its host be excluded (LeaveRequest.exclude); no answer is awaited.
+struct ExcludeSelf {
+  std::string cause;
+};
 struct Log {
   enum class Level { kDebug, kInfo, kWarn, kError } level = Level::kInfo;
   std::string text;
@@ -183,7 +188,7 @@ struct Exit {
 using Action = std::variant<action::Join, action::StartWorkers, action::SignalWorkers,
                             action::AbandonWorkers, action::ReportFailure, action::ReportDone,
                             action::SendHeartbeat, action::ReadProgress, action::OpenWatch,
-                            action::QueryStatus, action::Log, action::Exit>;
+                            action::QueryStatus, action::ExcludeSelf, action::Log, action::Exit>;
 using Actions = std::vector<Action>;
 
 class ElasticState {
@@ -218,6 +223,10 @@ class ElasticState {
   // the rendezvous (with a heartbeat): the first of a round at once, then
   // at most every kProgressReport.
   Actions OnProgress(const NodeProgress& progress, absl::Time now);
+  // The GPU check found a hardware fault on this node (`cause` names the
+  // GPU and the fault): the node asks to be excluded (ExcludeSelf), stops
+  // its workers and exits kExitNodeExcluded, as when the job excludes it.
+  Actions OnNodeFault(const std::string& cause, absl::Time now);
   // This node's workers' progress in the running round, as last read.
   const NodeProgress& progress() const { return progress_; }
 
@@ -272,6 +281,8 @@ class ElasticState {
   void OnHeartbeat(const absl::StatusOr<int64_t>& round, absl::Time now, Actions* out);
   void OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Actions* out);
   void OnNodeExcluded(const rdzv::Exclusion& exclusion, absl::Time now, Actions* out);
+  // What an exclusion does in each phase, once excluded_ says why.
+  void StopForExclusion(absl::Time now, Actions* out);
   // The exit with kExitNodeExcluded, saying why.
   void ExitExcluded(const std::string& why, Actions* out);
   // Exit::summary: how far the job (or this node) got.

@@ -159,12 +159,74 @@ std::optional<absl::Time> GpuCheck::NextDeadline() const {
   return next;
 }
 
+const char* HardwareXidName(uint64_t xid) {
+  // NVIDIA's Xid catalog: the errors of the GPU, its memory and its links.
+  switch (xid) {
+    case 48: return "a double-bit ECC error";
+    case 61: return "an internal micro-controller breakpoint";
+    case 62: return "an internal micro-controller halt";
+    case 64: return "an ECC page retirement or row remapping failure";
+    case 74: return "an NVLink error";
+    case 79: return "the GPU has fallen off the bus";
+    case 92: return "a high single-bit ECC error rate";
+    case 94: return "a contained ECC error";
+    case 95: return "an uncontained ECC error";
+    case 119: return "a GSP RPC timeout";
+    case 120: return "a GSP error";
+    case 140: return "an unrecovered ECC error";
+    default: return nullptr;
+  }
+}
+
+std::optional<std::string> HealthFault(const GpuSource::Health& health, uint64_t ecc_baseline) {
+  if (health.lost) return "it has fallen off the bus or is otherwise lost (NVML: GPU is lost)";
+  if (health.row_remap_failed) return "a row remapping failed (the memory is bad)";
+  if (health.ecc_uncorrected > ecc_baseline) {
+    return absl::StrCat(health.ecc_uncorrected - ecc_baseline, " uncorrectable ECC error(s)");
+  }
+  if (health.retired_pages_pending) return "retired pages are pending (it needs a reset)";
+  if (health.row_remap_pending) return "a row remapping is pending (it needs a reset)";
+  return std::nullopt;
+}
+
+void GpuCheck::CheckHealth(GpuCheckOutput& out) {
+  const std::set<int> node_gpus(options_.gpus.begin(), options_.gpus.end());
+  auto fault = [&](int gpu, const std::string& what) {
+    if (!faults_said_.insert(gpu).second) return;
+    const std::string uuid =
+        gpu >= 0 && static_cast<size_t>(gpu) < source_.uuids().size() ? source_.uuids()[gpu] : "";
+    out.faults.push_back(absl::StrCat("GPU ", gpu, uuid.empty() ? "" : " (", uuid,
+                                      uuid.empty() ? "" : ")", ": ", what));
+  };
+  for (const GpuSource::Xid& xid : source_.TakeXids()) {
+    const char* name = HardwareXidName(xid.xid);
+    if (name != nullptr && node_gpus.contains(xid.index)) {
+      fault(xid.index, absl::StrCat("Xid ", xid.xid, ", ", name));
+    }
+  }
+  for (int gpu : options_.gpus) {
+    absl::StatusOr<GpuSource::Health> health = source_.ReadHealth(gpu);
+    if (!health.ok()) {
+      ReadError(gpu, health.status(), out);
+      continue;
+    }
+    // The first look is the baseline: errors before this agent are the
+    // driver's history, not a fault of this job's.
+    auto [baseline, first] = ecc_baseline_.try_emplace(gpu, health->ecc_uncorrected);
+    (void)first;
+    if (std::optional<std::string> what = HealthFault(*health, baseline->second)) {
+      fault(gpu, *what);
+    }
+  }
+}
+
 GpuCheckOutput GpuCheck::OnTimer(absl::Time now) {
   GpuCheckOutput out;
   LookForRelease(now, out);
   if (!next_check_ || !next_sample_) return out;
   const bool check = now >= *next_check_;
   if (check || now >= *next_sample_) {
+    CheckHealth(out);
     Sample(out);
     next_sample_ = now + std::min(options_.interval, kMaxSamplePeriod);
   }

@@ -45,6 +45,21 @@ class GpuSource {
     uint64_t last = 0;  // the newest sample's timestamp: the next `since`
   };
 
+  // What the driver says of a device's health; each field false or 0 where
+  // the device does not report it.
+  struct Health {
+    bool lost = false;                   // NVML_ERROR_GPU_IS_LOST: fallen off the bus, or gone
+    uint64_t ecc_uncorrected = 0;        // volatile: since the driver loaded
+    bool retired_pages_pending = false;  // pages to retire at the next reset
+    bool row_remap_pending = false;      // rows to remap at the next reset
+    bool row_remap_failed = false;       // a row could not be remapped
+  };
+  // A critical Xid the driver reported (NVML's nvmlEventTypeXidCriticalError).
+  struct Xid {
+    int index = 0;
+    uint64_t xid = 0;
+  };
+
   virtual ~GpuSource() = default;
   // The devices' UUIDs ("GPU-..."), by index; fixed for the source's life.
   virtual const std::vector<std::string>& uuids() const = 0;
@@ -53,7 +68,20 @@ class GpuSource {
   virtual absl::StatusOr<Memory> ReadMemory(int index) = 0;
   // The pids of the processes that use the device (compute and graphics).
   virtual absl::StatusOr<std::vector<pid_t>> ReadProcesses(int index) = 0;
+  // The device's health; a source that cannot tell says all is well.
+  virtual absl::StatusOr<Health> ReadHealth(int index) { return Health{}; }
+  // The critical Xids reported since the last call, oldest first.
+  virtual std::vector<Xid> TakeXids() { return {}; }
 };
+
+// The Xids that tell of the hardware, not of the program that ran (an
+// illegal address, a page fault: Xid 13, 31, 43), with NVIDIA's names for
+// them; nullptr for any other.
+const char* HardwareXidName(uint64_t xid);
+
+// What is wrong with a GPU, from its health now and the uncorrected ECC
+// count it had when the agent first looked (`ecc_baseline`); nullopt: nothing.
+std::optional<std::string> HealthFault(const GpuSource::Health& health, uint64_t ecc_baseline);
 
 // The NVML indices of the GPUs given to this node's `nproc` local ranks,
 // local rank i's being the i-th (mod their count): CUDA_VISIBLE_DEVICES's
@@ -126,6 +154,9 @@ struct GpuCheckOutput {
   std::vector<std::string> errors;
   // The wait AwaitRelease began is over.
   std::optional<GpuRelease> release;
+  // Hardware faults of this node's GPUs, each said once ("GPU 1
+  // (GPU-...): Xid 79, the GPU has fallen off the bus"): the node is bad.
+  std::vector<std::string> faults;
 };
 
 class GpuCheck {
@@ -189,6 +220,9 @@ class GpuCheck {
   // The worker a process belongs to (itself or an ancestor); -1: none.
   int LocalRankOf(pid_t pid) const;
   void ReadError(int gpu, const absl::Status& status, GpuCheckOutput& out);
+  // Looks for hardware faults of this node's GPUs (HealthFault, critical
+  // Xids); each GPU's first is added to out.faults.
+  void CheckHealth(GpuCheckOutput& out);
   // AwaitRelease's look: the last round's processes on this node's GPUs.
   std::vector<GpuHolder> OldRoundHolders(GpuCheckOutput& out);
   void LookForRelease(absl::Time now, GpuCheckOutput& out);
@@ -213,6 +247,10 @@ class GpuCheck {
   std::string shared_said_, shared_seen_;
   std::set<int> idle_said_;
   std::set<int> errors_said_;
+  // CheckHealth's: each GPU's uncorrected ECC count when first read, and
+  // the GPUs whose fault was said.
+  std::map<int, uint64_t> ecc_baseline_;
+  std::set<int> faults_said_;
 };
 
 }  // namespace muster

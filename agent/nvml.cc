@@ -46,6 +46,7 @@ class Nvml final : public GpuSource {
     if (nvmlReturn_t rc = nvml->count_(&count); rc != NVML_SUCCESS) {
       return absl::UnavailableError(absl::StrCat("nvmlDeviceGetCount: ", nvml->Error(rc)));
     }
+    nvml->BindHealth();
     for (unsigned i = 0; i < count; ++i) {
       nvmlDevice_t device = nullptr;
       if (nvmlReturn_t rc = nvml->handle_(i, &device); rc != NVML_SUCCESS) {
@@ -57,12 +58,58 @@ class Nvml final : public GpuSource {
       nvml->devices_.push_back(device);
       nvml->uuids_.emplace_back(uuid);
     }
+    nvml->ListenForXids();
     return std::unique_ptr<GpuSource>(std::move(nvml));
   }
 
   ~Nvml() override {
+    if (events_ != nullptr && event_free_ != nullptr) event_free_(events_);
     if (initialized_ && shutdown_ != nullptr) shutdown_();
     dlclose(library_);
+  }
+
+  absl::StatusOr<Health> ReadHealth(int index) override {
+    nvmlDevice_t device = devices_.at(index);
+    Health health;
+    auto lost = [&health](nvmlReturn_t rc) {
+      health.lost = health.lost || rc == NVML_ERROR_GPU_IS_LOST;
+      return rc == NVML_SUCCESS;
+    };
+    unsigned long long ecc = 0;
+    if (ecc_ != nullptr &&
+        lost(ecc_(device, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ecc))) {
+      health.ecc_uncorrected = ecc;
+    }
+    int pending = 0;
+    if (pages_pending_ != nullptr && lost(pages_pending_(device, &pending))) {
+      health.retired_pages_pending = pending != 0;
+    }
+    unsigned corrected = 0, uncorrected = 0, remap_pending = 0, failed = 0;
+    if (remapped_ != nullptr &&
+        lost(remapped_(device, &corrected, &uncorrected, &remap_pending, &failed))) {
+      health.row_remap_pending = remap_pending != 0;
+      health.row_remap_failed = failed != 0;
+    }
+    // A device every query of which fails: it is gone.
+    nvmlMemory_t memory = {};
+    lost(memory_(device, &memory));
+    return health;
+  }
+
+  std::vector<Xid> TakeXids() override {
+    std::vector<Xid> out;
+    if (events_ == nullptr) return out;
+    // Each waits no time: what is queued, until NVML says none is (a timeout).
+    for (int i = 0; i < 64; ++i) {
+      nvmlEventData_t data = {};
+      if (event_wait_(events_, &data, 0) != NVML_SUCCESS) break;
+      if (data.eventType != NVML_EVENT_TYPE_XID_CRITICAL_ERROR) continue;
+      auto it = std::find(devices_.begin(), devices_.end(), data.device);
+      if (it != devices_.end()) {
+        out.push_back({static_cast<int>(it - devices_.begin()), data.eventData});
+      }
+    }
+    return out;
   }
 
   const std::vector<std::string>& uuids() const override { return uuids_; }
@@ -169,6 +216,37 @@ class Nvml final : public GpuSource {
     return absl::OkStatus();
   }
 
+  void BindHealth() {
+    ecc_ = Symbol<nvmlDeviceGetTotalEccErrors_fn>(library_, "nvmlDeviceGetTotalEccErrors");
+    pages_pending_ = Symbol<nvmlDeviceGetRetiredPagesPendingStatus_fn>(
+        library_, "nvmlDeviceGetRetiredPagesPendingStatus");
+    remapped_ = Symbol<nvmlDeviceGetRemappedRows_fn>(library_, "nvmlDeviceGetRemappedRows");
+    event_create_ = Symbol<nvmlEventSetCreate_fn>(library_, "nvmlEventSetCreate");
+    register_ = Symbol<nvmlDeviceRegisterEvents_fn>(library_, "nvmlDeviceRegisterEvents");
+    event_wait_ = Symbol<nvmlEventSetWait_v2_fn>(library_, "nvmlEventSetWait_v2");
+    event_free_ = Symbol<nvmlEventSetFree_fn>(library_, "nvmlEventSetFree");
+  }
+
+  // Critical Xids of every device into one event set; none where the
+  // library or the boards cannot (the health reads still run).
+  void ListenForXids() {
+    if (event_create_ == nullptr || register_ == nullptr || event_wait_ == nullptr ||
+        event_create_(&events_) != NVML_SUCCESS) {
+      events_ = nullptr;
+      return;
+    }
+    int registered = 0;
+    for (nvmlDevice_t device : devices_) {
+      if (register_(device, NVML_EVENT_TYPE_XID_CRITICAL_ERROR, events_) == NVML_SUCCESS) {
+        ++registered;
+      }
+    }
+    if (registered == 0) {
+      if (event_free_ != nullptr) event_free_(events_);
+      events_ = nullptr;
+    }
+  }
+
   std::string Error(nvmlReturn_t rc) const {
     const char* text = error_ != nullptr ? error_(rc) : nullptr;
     return text != nullptr ? absl::StrCat(text, " (", rc, ")") : absl::StrCat("error ", rc);
@@ -201,6 +279,14 @@ class Nvml final : public GpuSource {
   nvmlDeviceGetSamples_fn samples_ = nullptr;
   nvmlDeviceGetProcesses_fn compute_ = nullptr;
   nvmlDeviceGetProcesses_fn graphics_ = nullptr;
+  nvmlDeviceGetTotalEccErrors_fn ecc_ = nullptr;
+  nvmlDeviceGetRetiredPagesPendingStatus_fn pages_pending_ = nullptr;
+  nvmlDeviceGetRemappedRows_fn remapped_ = nullptr;
+  nvmlEventSetCreate_fn event_create_ = nullptr;
+  nvmlDeviceRegisterEvents_fn register_ = nullptr;
+  nvmlEventSetWait_v2_fn event_wait_ = nullptr;
+  nvmlEventSetFree_fn event_free_ = nullptr;
+  nvmlEventSet_t events_ = nullptr;
 };
 
 }  // namespace

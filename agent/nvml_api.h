@@ -16,7 +16,16 @@ enum : int {
   NVML_ERROR_NOT_SUPPORTED = 3,
   NVML_ERROR_NOT_FOUND = 6,
   NVML_ERROR_INSUFFICIENT_SIZE = 7,
+  NVML_ERROR_TIMEOUT = 10,
+  NVML_ERROR_GPU_IS_LOST = 15,
 };
+
+// nvmlMemoryErrorType_t's NVML_MEMORY_ERROR_TYPE_UNCORRECTED, and
+// nvmlEccCounterType_t's NVML_VOLATILE_ECC (since the driver loaded).
+enum : int { NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0 };
+
+// The event a critical Xid raises (nvmlEventTypeXidCriticalError).
+enum : unsigned long long { NVML_EVENT_TYPE_XID_CRITICAL_ERROR = 0x8 };
 
 // nvmlSamplingType_t's NVML_GPU_UTILIZATION_SAMPLES.
 enum : int { NVML_GPU_UTILIZATION_SAMPLES = 1 };
@@ -67,6 +76,18 @@ typedef struct {
   unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+
+// nvmlEventData_t: for a critical Xid, eventData is the Xid.
+typedef struct {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+static_assert(sizeof(nvmlEventData_t) == 32);
 static_assert(sizeof(nvmlValue_t) == 8);
 static_assert(sizeof(nvmlSample_t) == 16);
 static_assert(sizeof(nvmlMemory_t) == 24);
@@ -89,6 +110,23 @@ using nvmlDeviceGetSamples_fn = nvmlReturn_t (*)(nvmlDevice_t device, int type,
                                                  nvmlSample_t* samples);
 using nvmlDeviceGetProcesses_fn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* infoCount,
                                                    nvmlProcessInfo_t* infos);
+// Health (each optional: an older driver or another board may lack it).
+using nvmlDeviceGetTotalEccErrors_fn = nvmlReturn_t (*)(nvmlDevice_t device, int errorType,
+                                                        int counterType,
+                                                        unsigned long long* eccCounts);
+using nvmlDeviceGetRetiredPagesPendingStatus_fn = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                                   int* isPending);
+using nvmlDeviceGetRemappedRows_fn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* corrRows,
+                                                      unsigned int* uncRows,
+                                                      unsigned int* isPending,
+                                                      unsigned int* failureOccurred);
+using nvmlEventSetCreate_fn = nvmlReturn_t (*)(nvmlEventSet_t* set);
+using nvmlDeviceRegisterEvents_fn = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                     unsigned long long eventTypes,
+                                                     nvmlEventSet_t set);
+using nvmlEventSetWait_v2_fn = nvmlReturn_t (*)(nvmlEventSet_t set, nvmlEventData_t* data,
+                                                unsigned int timeoutms);
+using nvmlEventSetFree_fn = nvmlReturn_t (*)(nvmlEventSet_t set);
 
 }  // extern "C"
 

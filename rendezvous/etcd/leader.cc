@@ -472,8 +472,8 @@ void Leader::FeedReport(const std::string& node, const std::string& value, absl:
           state_->ReportDone(key, report.done().node_secret(), report.done().round(), now, effects);
       break;
     case EtcdReport::kLeave:
-      status =
-          state_->Leave(key, report.leave().node_secret(), report.leave().reason(), now, effects);
+      status = state_->Leave(key, report.leave().node_secret(), report.leave().reason(), now,
+                             effects, report.leave().exclude());
       break;
     case EtcdReport::REPORT_NOT_SET: status = absl::InvalidArgumentError("an empty report"); break;
   }

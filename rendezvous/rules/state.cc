@@ -283,11 +283,11 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, absl::string_vie
   const bool preflight_failed = failure.no_restart() && job.config.preflight() && job.round == 0;
   const FailureVerdict verdict = JudgeFailure(job, key.node_id, detail, preflight_failed);
   AddEvent(job, JobEvent::WORKER_FAILED, key.node_id, verdict.outcome, now, effects);
-  if (verdict.exclusion) {
-    ExcludeHost(job, job.nodes.at(key.node_id).info.host(), key.node_id, *verdict.exclusion, now,
-                effects);
-  }
   const std::string host = job.nodes.at(key.node_id).info.host();
+  if (verdict.exclusion) {
+    ExcludeHost(job, host, key.node_id, *verdict.exclusion, now, effects);
+    TakeOutOfRound(job, host);
+  }
   if (verdict.restart) {
     ++job.restart_count;
     OpenNextRound(job, RoundChanged::WORKER_FAILED, verdict.outcome, now, effects);
@@ -321,10 +321,22 @@ absl::Status RendezvousState::ReportDone(const NodeKey& key, absl::string_view s
 }
 
 absl::Status RendezvousState::Leave(const NodeKey& key, absl::string_view secret,
-                                    absl::string_view reason, absl::Time now, Effects* effects) {
+                                    absl::string_view reason, absl::Time now, Effects* effects,
+                                    bool exclude) {
   absl::StatusOr<Job*> found = FindLiveNode(key, secret);
   if (!found.ok()) {
     return absl::IsFailedPrecondition(found.status()) ? absl::OkStatus() : found.status();
+  }
+  if (exclude) {
+    // Its own health check found it bad: the round goes on without its host
+    // (NODE_LOST, no restart spent).
+    Job& job = **found;
+    const std::string host = job.nodes.at(key.node_id).info.host();
+    ExcludeHost(job, host, key.node_id,
+                absl::StrCat("its own health check failed: ", ForLog(reason, kMaxReasonBytes)), now,
+                effects);
+    RemoveExcludedNodes(job, host, now, effects);
+    return absl::OkStatus();
   }
   RemoveNode(**found, key.node_id,
              absl::StrCat("left", reason.empty() ? "" : ": ", ForLog(reason, kMaxReasonBytes)), now,

@@ -241,8 +241,10 @@ class RendezvousState {
                           absl::Time now, Effects* effects);
 
   // The node leaves on purpose (its agent was stopped). No restart is used.
+  // `exclude`: it found itself bad (a GPU fault, `reason`): its host is
+  // excluded, every node of it told NodeExcluded and taken out of the job.
   absl::Status Leave(const NodeKey& node, absl::string_view secret, absl::string_view reason,
-                     absl::Time now, Effects* effects);
+                     absl::Time now, Effects* effects, bool exclude = false);
 
   // Runs every timer that has expired by `now`: last call, join timeout,
   // heartbeat timeout, and forgets closed jobs past their retention and
@@ -455,12 +457,13 @@ class RendezvousState {
   // it stays).
   static std::optional<std::string> CountNodeFailure(Job& job, const std::string& node_id,
                                                      const std::string& detail);
-  // Keeps `host` out of the job (`node_id`: the node whose failures showed
-  // it): every node of it is told NodeExcluded and taken out of the running
-  // round's participants; the caller then opens the next round or closes
-  // the job, and RemoveExcludedNodes takes them out of the job.
+  // Keeps `host` out of the job (`node_id`: the node that showed it, `cause`
+  // why): records it and tells every node of it NodeExcluded. The caller
+  // then takes them out: TakeOutOfRound before it opens the next round or
+  // closes the job (a failure's exclusion), and RemoveExcludedNodes.
   void ExcludeHost(Job& job, const std::string& host, const std::string& node_id,
                    const std::string& cause, absl::Time now, Effects* effects);
+  static void TakeOutOfRound(Job& job, const std::string& host);
   void RemoveExcludedNodes(Job& job, const std::string& host, absl::Time now, Effects* effects);
   static const Exclusion* FindExclusion(const Job& job, absl::string_view host);
   // What the journal keeps of the job's progress, and its inverse.

@@ -163,15 +163,17 @@ void RendezvousState::ExcludeHost(Job& job, const std::string& host, const std::
   WatchEvent event;
   *event.mutable_node_excluded()->mutable_exclusion() = job.excluded.back();
   for (const auto& [id, node] : job.nodes) {
-    if (node.info.host() != host) continue;
-    effects->pushed.emplace_back(NodeKey{job.id, id}, event);
-    auto participant = std::find(job.participants.begin(), job.participants.end(), id);
-    if (participant != job.participants.end()) job.participants.erase(participant);
+    if (node.info.host() == host) effects->pushed.emplace_back(NodeKey{job.id, id}, event);
   }
   AddEvent(job, JobEvent::NODE_EXCLUDED, node_id,
            absl::StrCat("host ", host, " excluded: ", job.excluded.back().cause()), now, effects);
   effects->log.push_back(absl::StrCat("job '", job.id, "': host ", host,
                                       " is excluded from the job: ", job.excluded.back().cause()));
+}
+
+void RendezvousState::TakeOutOfRound(Job& job, const std::string& host) {
+  std::erase_if(job.participants,
+                [&](const std::string& id) { return job.nodes.at(id).info.host() == host; });
 }
 
 void RendezvousState::RemoveExcludedNodes(Job& job, const std::string& host, absl::Time now,

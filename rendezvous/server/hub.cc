@@ -357,7 +357,7 @@ absl::Status RendezvousHub::ReportDone(const ReportDoneRequest& request) {
 absl::Status RendezvousHub::Leave(const LeaveRequest& request) {
   return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state_.Leave({request.job_id(), request.node_id()}, request.node_secret(),
-                        request.reason(), clock_.Now(), effects);
+                        request.reason(), clock_.Now(), effects, request.exclude());
   });
 }
 

@@ -1281,6 +1281,20 @@ TEST_F(ElasticStateTest, AJoinThatFailsForAnExclusionExitsWithTheExcludedCode) {
   ASSERT_THAT(Names(actions), ElementsAre("Exit 69"));
 }
 
+TEST_F(ElasticStateTest, AGpuFaultLeavesTheJobAskingForExclusionThenExits) {
+  ToRunning();
+  Actions actions =
+      state_.OnNodeFault("GPU 1 (GPU-x): Xid 79, the GPU has fallen off the bus", At(100));
+  EXPECT_THAT(Names(actions), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Find<action::ExcludeSelf>(actions).cause, HasSubstr("Xid 79"));
+  EXPECT_THAT(state_.OnNodeFault("again", At(101)), IsEmpty()) << "said once";
+  state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110));
+  Actions exited = state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120));
+  ASSERT_THAT(Names(exited), ElementsAre("Exit 69"));
+  EXPECT_THAT(Find<action::Exit>(exited).why,
+              AllOf(HasSubstr("its own health check failed"), HasSubstr("Xid 79")));
+}
+
 TEST_F(ElasticStateTest, AJoinRefusedForAnExcludedHostExitsWithTheExcludedCode) {
   ToJoining();
   Actions actions = state_.OnRdzv(

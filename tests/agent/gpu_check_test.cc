@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -43,6 +44,11 @@ class FakeGpus final : public GpuSource {
     if (broken.contains(index)) return absl::UnavailableError("GPU is lost");
     return processes[index];
   }
+  absl::StatusOr<Health> ReadHealth(int index) override { return health[index]; }
+  std::vector<Xid> TakeXids() override { return std::exchange(xids, {}); }
+
+  std::map<int, Health> health;
+  std::vector<Xid> xids;
 
   std::map<int, int> percent;
   std::map<int, Memory> memory;
@@ -85,6 +91,15 @@ class GpuCheckTest : public ::testing::Test {
       }
     }
     return all;
+  }
+  // The faults the timers due up to `t` found.
+  std::vector<std::string> RunUntilFaults(double t) {
+    std::vector<std::string> faults;
+    while (check_->NextDeadline() && *check_->NextDeadline() <= At(t)) {
+      GpuCheckOutput out = check_->OnTimer(*check_->NextDeadline());
+      faults.insert(faults.end(), out.faults.begin(), out.faults.end());
+    }
+    return faults;
   }
   // Each worker i on GPU gpu_of[i], and GPUs busy as given.
   void Place(const std::vector<int>& gpu_of) {
@@ -332,6 +347,51 @@ TEST_F(GpuReleaseTest, AGpuThatCannotBeReadIsSaidAndNotWaitedFor) {
   GpuCheckOutput out = check_->OnTimer(At(0));
   ASSERT_TRUE(out.release);
   EXPECT_THAT(out.errors, SizeIs(1));
+}
+
+// ---- Hardware faults: the node is bad ----
+
+TEST(HealthFaultTest, EachFaultSaysWhatItIsAndNoneIsNothing) {
+  GpuSource::Health health;
+  EXPECT_EQ(HealthFault(health, 0), std::nullopt);
+  health.ecc_uncorrected = 3;
+  EXPECT_EQ(HealthFault(health, 3), std::nullopt) << "the driver's history before this agent";
+  EXPECT_THAT(*HealthFault(health, 1), HasSubstr("2 uncorrectable ECC error(s)"));
+  health = {};
+  health.retired_pages_pending = true;
+  EXPECT_THAT(*HealthFault(health, 0), HasSubstr("retired pages are pending"));
+  health = {};
+  health.row_remap_failed = true;
+  EXPECT_THAT(*HealthFault(health, 0), HasSubstr("row remapping failed"));
+  health.lost = true;
+  EXPECT_THAT(*HealthFault(health, 0), HasSubstr("fallen off the bus"));
+  EXPECT_STREQ(HardwareXidName(79), "the GPU has fallen off the bus");
+  EXPECT_EQ(HardwareXidName(13), nullptr) << "a program's fault, not the GPU's";
+  EXPECT_EQ(HardwareXidName(31), nullptr);
+}
+
+TEST_F(GpuCheckTest, AHardwareXidOnAGpuOfTheNodeIsAFaultSaidOnce) {
+  Make(4, 2);                        // GPUs 0 and 1 are this node's
+  fake_->xids = {{3, 79}, {1, 13}};  // another node's GPU; a program's error
+  EXPECT_THAT(RunUntilFaults(5), IsEmpty());
+  fake_->xids = {{1, 79}};
+  std::vector<std::string> faults = RunUntilFaults(15);
+  ASSERT_THAT(faults, SizeIs(1));
+  EXPECT_EQ(faults[0], "GPU 1 (GPU-1001-fake): Xid 79, the GPU has fallen off the bus");
+  fake_->xids = {{1, 48}};
+  EXPECT_THAT(RunUntilFaults(25), IsEmpty()) << "said once a GPU";
+}
+
+TEST_F(GpuCheckTest, EccErrorsSinceTheFirstLookAndPendingRetirementsAreFaults) {
+  Make(2, 2);
+  fake_->health[0].ecc_uncorrected = 5;  // before this agent: a baseline
+  EXPECT_THAT(RunUntilFaults(5), IsEmpty());
+  fake_->health[0].ecc_uncorrected = 6;
+  fake_->health[1].retired_pages_pending = true;
+  std::vector<std::string> faults = RunUntilFaults(15);
+  ASSERT_THAT(faults, SizeIs(2));
+  EXPECT_THAT(faults[0], HasSubstr("GPU 0 (GPU-1000-fake): 1 uncorrectable ECC error(s)"));
+  EXPECT_THAT(faults[1], HasSubstr("GPU 1 (GPU-1001-fake): retired pages are pending"));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@ import os
 import shutil
 
 from harness import MUSTER, WORKERS, TempDirTest, muster, read_file, run, wait_for
+from test_gpu_check import FAKE_NVML
 from test_trust import TrustTest
 from test_visibility import MUSTERCTL, Scraping
 
@@ -80,8 +81,8 @@ class BadNodes(TrustTest, Scraping):
     def logs(self):
         return "\n".join(f"--- {name}\n{self.read(name + '.err')}" for name in self.names)
 
-    def start_on(self, host, name=None, *extra):
-        """An agent on host `host` (its own UTS namespace) whose workers fail on nodeA."""
+    def start_on(self, host, name=None, *extra, bad="nodeA", **extra_env):
+        """An agent on host `host` (its own UTS namespace) whose workers fail on host `bad`."""
         name = name or host
         self.names.append(name)
         return self.spawn(name, [
@@ -90,7 +91,16 @@ class BadNodes(TrustTest, Scraping):
             "--rdzv-id", self.JOB, "--nnodes", "2", "--nproc-per-node", "1",
             "--max-restarts", "5", "--max-node-failures", "2",
             "--rdzv-conf", "is_host=0,metrics_port=0", *extra,
-            PROGRESS, "bad-host", "nodeA", self.work], MUSTER_TOKEN_FILE=self.token)
+            PROGRESS, "bad-host", bad, self.work], MUSTER_TOKEN_FILE=self.token, **extra_env)
+
+    def fake_gpu(self, host):
+        """The environment of an agent whose node has one GPU, as the fake NVML
+        shows it from its own directory."""
+        directory = self.path(f"nvml-{host}")
+        os.makedirs(os.path.join(directory, "pids"))
+        with open(os.path.join(directory, "count"), "w") as f:
+            f.write("1")
+        return {"MUSTER_NVML_LIBRARY": FAKE_NVML, "FAKE_NVML_DIR": directory}
 
     def ctl(self, *args):
         return run([MUSTERCTL, args[0], "--endpoint", f"127.0.0.1:{self.port}", *args[1:]],
@@ -160,6 +170,39 @@ class BadNodes(TrustTest, Scraping):
         self.assertEqual({(h, r) for h, r, _ in marks(self.work, "done")},
                          {("nodeB", 2), ("nodeC", 2)})
         self.assertEqual(self.status()["restarts"], 2, "restarts spent = failures seen")
+
+    def test_a_gpu_that_falls_off_the_bus_excludes_its_node_and_the_spare_takes_over(self):
+        """Issue 32, "Must work" 2: an Xid 79 on node B's GPU."""
+        gpus = {host: self.fake_gpu(host) for host in ("nodeA", "nodeB", "nodeC")}
+        check = ("--gpu-check-interval", "1")
+        a = self.start_on("nodeA", None, *check, bad="none", **gpus["nodeA"])
+        b = self.start_on("nodeB", None, *check, bad="none", **gpus["nodeB"])
+        started = lambda: {h for h, r, _ in marks(self.work, "start") if r == 0} == {"nodeA",
+                                                                                    "nodeB"}
+        self.assertTrue(wait_for(started, 60), self.logs())
+        c = self.start_on("nodeC", None, *check, bad="none", **gpus["nodeC"])
+        self.assertTrue(wait_for(lambda: self.status()["waiting"] == 1, 30), self.logs())
+
+        with open(os.path.join(gpus["nodeB"]["FAKE_NVML_DIR"], "xid.0"), "w") as f:
+            f.write("79")
+        code, err = self.finish(b, "nodeB")
+        self.assertEqual(code, EXIT_NODE_EXCLUDED, self.logs())
+        self.assertIn("this node is bad: GPU 0 (GPU-fa4e0000-0000-0000-0000-000000000000): "
+                      "Xid 79, the GPU has fallen off the bus", err)
+        # The round forms again with the spare; a node lost, no restart spent.
+        seated = lambda: self.status()["state"] == "running" and {
+            n["host"] for n in self.status()["node_list"] if n["state"] == "running"} == {
+            "nodeA", "nodeC"}
+        self.assertTrue(wait_for(seated, 30), self.logs())
+        job = self.status()
+        self.assertEqual((job["round"], job["restarts"]), (1, 0), job)
+        self.assertEqual([e["host"] for e in job["excluded"]], ["nodeB"], job)
+        self.assertIn("Xid 79", job["excluded"][0]["cause"])
+        open(os.path.join(self.work, "finish"), "w").close()
+        for proc, name in ((a, "nodeA"), (c, "nodeC")):
+            code, _ = self.finish(proc, name)
+            self.assertEqual(code, 0, self.logs())
+        self.assertEqual({h for h, _, _ in marks(self.work, "done")}, {"nodeA", "nodeC"})
 
 
 if __name__ == "__main__":

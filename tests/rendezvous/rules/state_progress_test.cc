@@ -328,6 +328,33 @@ TEST_F(ProgressTest, WithNoSpareTheJoinTimeoutClosesTheJobNamingTheExcludedHost)
   EXPECT_THAT(JobStatus().close_reason(), AllOf(HasSubstr("join timeout"), HasSubstr("host-a")));
 }
 
+TEST_F(ProgressTest, ANodeWhoseOwnHealthCheckFailsIsExcludedWithoutARestart) {
+  config_ = Config(2, 2, /*max_restarts=*/3);
+  Form({{"a"}, {"b"}}, At(0));
+  Join({"c"}, At(10));  // the spare
+  Effects effects;
+  ASSERT_TRUE(state_
+                  .Leave({job_, "b"}, SecretOf("b"), "GPU 1: Xid 79 (fallen off the bus)", At(100),
+                         &effects, /*exclude=*/true)
+                  .ok());
+  Keep(effects);
+  auto pushed = Pushed(effects);
+  ASSERT_THAT(pushed["b"], SizeIs(1));
+  EXPECT_THAT(pushed["b"][0].node_excluded().exclusion().cause(),
+              AllOf(HasSubstr("its own health check failed"), HasSubstr("Xid 79")));
+  ASSERT_THAT(pushed["a"], SizeIs(1));
+  EXPECT_EQ(pushed["a"][0].round_changed().reason(), RoundChanged::NODE_LOST);
+  EXPECT_THAT(Keys(Assigned(Join({"a"}, At(200)))), ElementsAre("a", "c"));
+  EXPECT_EQ(JobStatus().restart_count(), 0) << "a node lost, no restart spent";
+  ASSERT_THAT(JobStatus().excluded(), SizeIs(1));
+  EXPECT_EQ(JobStatus().excluded(0).host(), "host-b");
+  Effects refused;
+  EXPECT_EQ(TryJoin({"b"}, At(300), &refused).code(), absl::StatusCode::kFailedPrecondition);
+  // Without the secret, nobody excludes a node.
+  EXPECT_EQ(state_.Leave({job_, "a"}, "guess", "bad", At(400), &refused, true).code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
 TEST_F(ProgressTest, AJobOfOneNodeNeverExcludesIt) {
   config_ = Config(1, 1, /*max_restarts=*/5);
   config_.set_max_node_failures(1);
