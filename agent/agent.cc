@@ -114,6 +114,8 @@ ElasticOptions ElasticOptionsFor(const AgentOptions& options, const std::string&
   elastic.shutdown_grace = absl::FromChrono(config.shutdown_grace);
   elastic.stop_signals = config.signals_to_handle;
   elastic.preflight = config.preflight;
+  // The GPU watcher answers it (at once where there is no NVML).
+  elastic.health_check = config.gpu_check_interval.count() > 0;
   return elastic;
 }
 
@@ -178,6 +180,7 @@ class Agent::Impl {
   void Do(Actions actions);
   void Do(const action::Join& join);
   void Do(const action::StartWorkers& start);
+  void Do(const action::CheckHealth&);
   // Starts them now; Do waits first, after a round, for the GPUs to be freed.
   void StartNow(const action::StartWorkers& start);
   // The wait for the last round's GPU memory is over: the pending start goes.
@@ -301,6 +304,7 @@ absl::Status Agent::Impl::SetUp() {
     gpu.library = FindEnv(options_.base_env, kNvmlLibraryEnv).value_or(kNvmlLibrary);
     gpu.visible = FindEnv(options_.base_env, "CUDA_VISIBLE_DEVICES");
     gpu.nproc = options_.nproc;
+    gpu.one_per_gpu = config_.nproc_kind == NprocKind::kGpu;
     gpu.check.interval = absl::FromChrono(config_.gpu_check_interval);
     gpu.check.report = config_.gpu_report;
     gpu_watcher_ = std::make_unique<GpuWatcher>(std::move(gpu), [this](GpuCheckOutput out) {
@@ -312,6 +316,10 @@ absl::Status Agent::Impl::SetUp() {
 
 void Agent::Impl::OnGpuCheck(GpuCheckOutput out) {
   if (out.release) OnGpuRelease(*out.release);
+  if (out.health_checked) {
+    Do(state_.OnHealthChecked(out.faults, clock_.Now()));
+    return;
+  }
   if (!out.faults.empty()) {
     for (const std::string& fault : out.faults) Emit("gpu_fault", state_.round(), fault);
     Do(state_.OnNodeFault(absl::StrJoin(out.faults, "; "), clock_.Now()));
@@ -602,6 +610,7 @@ void Agent::Impl::Do(const action::Join& join) {
   node->set_master_port_candidate(PickFreePort());
   request.set_node_secret(node_secret_);  // empty on the first join
   request.set_protocol_version(rdzv::kProtocolVersion);
+  request.set_health_fault(join.health_fault);
   logger_->debug("joining job '{}' at {} as node {}", config_.rdzv_id, client_->target(), node_id_);
   client_->Join(request, join.timeout + kJoinSlack,
                 [this](absl::StatusOr<rdzv::Assignment> assignment) {
@@ -612,6 +621,14 @@ void Agent::Impl::Do(const action::Join& join) {
                     Do(state_.OnRdzv(rdzv_event::Joined{std::move(assignment)}, clock_.Now()));
                   });
                 });
+}
+
+void Agent::Impl::Do(const action::CheckHealth&) {
+  if (gpu_watcher_) {
+    gpu_watcher_->CheckHealth();
+  } else {
+    Do(state_.OnHealthChecked({}, clock_.Now()));
+  }
 }
 
 void Agent::Impl::Do(const action::StartWorkers& start) {

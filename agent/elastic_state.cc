@@ -42,7 +42,28 @@ ElasticState::ElasticState(ElasticOptions options) : options_(std::move(options)
 
 Actions ElasticState::Start(absl::Time now) {
   Actions out;
-  if (phase_ == AgentPhase::kIdle) StartJoin(now, &out);
+  if (phase_ != AgentPhase::kIdle) return out;
+  if (options_.health_check) {
+    phase_ = AgentPhase::kJoining;
+    health_deadline_ = now + kHealthCheckWait;
+    out.push_back(action::CheckHealth{});
+    return out;
+  }
+  StartJoin(now, &out);
+  return out;
+}
+
+Actions ElasticState::OnHealthChecked(const std::vector<std::string>& faults, absl::Time now) {
+  Actions out;
+  if (!health_deadline_ || phase_ != AgentPhase::kJoining) return out;
+  health_deadline_.reset();
+  if (!faults.empty()) {
+    health_fault_ = absl::StrJoin(faults, "; ");
+    Log(&out, Level::kError,
+        absl::StrCat("this node's GPUs failed their health check: ", health_fault_,
+                     "; it is not seated, and the rendezvous is told"));
+  }
+  StartJoin(now, &out);
   return out;
 }
 
@@ -59,8 +80,8 @@ void ElasticState::StartJoin(absl::Time now, Actions* out) {
 }
 
 void ElasticState::SendJoin(absl::Time now, Actions* out) {
-  out->push_back(
-      action::Join{std::max(absl::ZeroDuration(), *join_started_ + options_.join_timeout - now)});
+  out->push_back(action::Join{
+      std::max(absl::ZeroDuration(), *join_started_ + options_.join_timeout - now), health_fault_});
 }
 
 bool ElasticState::IsUnanswered(const absl::Status& status) {
@@ -114,6 +135,17 @@ void ElasticState::NoteReachable(absl::Time now, Actions* out) {
 void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::Time now,
                             Actions* out) {
   if (phase_ != AgentPhase::kJoining) return;
+  if (!health_fault_.empty()) {
+    // Never seated, whatever the answer (the rendezvous refuses it).
+    ExitExcluded(
+        absl::StrCat(
+            "this node's GPUs failed their health check before it was seated: ", health_fault_,
+            assignment.ok()
+                ? std::string()
+                : absl::StrCat(" (the rendezvous: ", assignment.status().message(), ")")),
+        out);
+    return;
+  }
   if (!assignment.ok()) {
     const absl::Status& status = assignment.status();
     if (absl::IsUnauthenticated(status)) {
@@ -156,7 +188,7 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
   failures_.clear();
   live_ = 0;
   after_preflight_.reset();
-  if (options_.preflight && assignment->round() == 0) {
+  if (options_.preflight && assignment->preflight()) {
     Log(out, Level::kInfo,
         "--preflight allreduce: checking the job's all-reduce across every rank before the "
         "script starts");
@@ -273,8 +305,9 @@ Actions ElasticState::OnWorkerExit(const ExitStatus& status, const WorkerFailure
         Log(&out, Level::kError,
             absl::StrCat("the pre-flight all-reduce failed: rank ", failure.rank, " (local rank ",
                          failure.local_rank, ") ", DescribeExit(failure),
-                         " (its report is above); the script is not started, and the job "
-                         "closes"));
+                         " (its report is above); the script is not started (in the job's first "
+                         "round the job closes; in a later one the nodes it seated are "
+                         "excluded)"));
         ReportFailureAndStop(failures_.back(), now, &out);
         return out;
       }
@@ -733,6 +766,14 @@ Actions ElasticState::OnTimer(absl::Time now) {
     // The open watch stream is the heartbeat otherwise.
     if (!watch_started_) out.push_back(action::SendHeartbeat{});
   }
+  if (health_deadline_ && now >= *health_deadline_) {
+    health_deadline_.reset();
+    Log(&out, Level::kWarn,
+        absl::StrCat("the GPU health check did not answer within ",
+                     absl::ToInt64Seconds(kHealthCheckWait),
+                     " s (NVML hangs?); joining without it"));
+    StartJoin(now, &out);
+  }
   if (progress_poll_at_ && now >= *progress_poll_at_) {
     progress_poll_at_ = now + options_.progress_poll;
     out.push_back(action::ReadProgress{});
@@ -784,7 +825,7 @@ std::optional<absl::Time> ElasticState::NextDeadline() const {
   if (phase_ == AgentPhase::kExiting) return std::nullopt;
   std::optional<absl::Time> next;
   for (const auto& t : {kill_at_, abandon_at_, heartbeat_at_, watch_retry_at_, progress_at_,
-                        join_retry_at_, report_retry_at_, progress_poll_at_}) {
+                        join_retry_at_, report_retry_at_, progress_poll_at_, health_deadline_}) {
     if (t && (!next || *t < *next)) next = t;
   }
   return next;

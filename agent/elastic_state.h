@@ -36,14 +36,19 @@ struct ElasticOptions {
   // Signals that stop the job (--signals-to-handle); any other that reaches
   // OnSignal is only forwarded to the workers.
   std::vector<int> stop_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-  // --preflight allreduce: in the job's first round (round 0, the same on
-  // every node), this node's workers first run the pre-flight all-reduce;
-  // the script starts when all of them pass. One that fails closes the job
-  // (no restart mends a broken communication path).
+  // --preflight allreduce: in a round whose assignment says so (one that
+  // seats a node new to it; round 0), this node's workers first run the
+  // pre-flight all-reduce; the script starts when all of them pass. One
+  // that fails closes the job in round 0 (no restart mends a broken
+  // communication path); later, it excludes the round's new nodes.
   bool preflight = false;
   // How often the workers' progress files are read while they run
   // (action::ReadProgress); zero: never.
   absl::Duration progress_poll = absl::Seconds(1);
+  // A node is seated only once its GPUs pass a health check (NVML: no
+  // fault pending, as many GPUs as --nproc-per-node gpu asked for): the
+  // first join waits for action::CheckHealth's answer, kHealthCheckWait at most.
+  bool health_check = false;
 };
 
 // The phases of an agent. Workers live only in kRunning and kStopping.
@@ -115,7 +120,13 @@ namespace action {
 // join_timeout); the answer comes back as rdzv_event::Joined.
 struct Join {
   absl::Duration timeout = absl::InfiniteDuration();
+  // The health check before this node's first join failed: what failed
+  // (JoinRequest.health_fault; the rendezvous excludes the host).
+  std::string health_fault;
 };
+// Check this node's GPUs before its first join (the GPU watcher); the
+// answer comes back as ElasticState::OnHealthChecked.
+struct CheckHealth {};
 // Start this node's workers for `assignment`, attempt number `attempt`
 // (0, 1, ...); then call ElasticState::OnWorkersStarted. `preflight`: start
 // the pre-flight all-reduce in their places; once its exits are in, this
@@ -185,10 +196,11 @@ struct Exit {
 };
 }  // namespace action
 
-using Action = std::variant<action::Join, action::StartWorkers, action::SignalWorkers,
-                            action::AbandonWorkers, action::ReportFailure, action::ReportDone,
-                            action::SendHeartbeat, action::ReadProgress, action::OpenWatch,
-                            action::QueryStatus, action::ExcludeSelf, action::Log, action::Exit>;
+using Action =
+    std::variant<action::Join, action::StartWorkers, action::SignalWorkers, action::AbandonWorkers,
+                 action::CheckHealth, action::ReportFailure, action::ReportDone,
+                 action::SendHeartbeat, action::ReadProgress, action::OpenWatch,
+                 action::QueryStatus, action::ExcludeSelf, action::Log, action::Exit>;
 using Actions = std::vector<Action>;
 
 class ElasticState {
@@ -197,6 +209,8 @@ class ElasticState {
   // gives up on it and goes on (a process in D state ignores SIGKILL until
   // the kernel lets it go, which may be never).
   static constexpr absl::Duration kKillWait = absl::Seconds(10);
+  // How long the first join waits for the health check to answer.
+  static constexpr absl::Duration kHealthCheckWait = absl::Seconds(30);
   // How often a new step is reported at most (the first of a round at once).
   static constexpr absl::Duration kProgressReport = absl::Seconds(5);
 
@@ -223,6 +237,9 @@ class ElasticState {
   // the rendezvous (with a heartbeat): the first of a round at once, then
   // at most every kProgressReport.
   Actions OnProgress(const NodeProgress& progress, absl::Time now);
+  // The health check before the first join answered: `faults` (none: the
+  // node is healthy) go with the join, which the rendezvous then refuses.
+  Actions OnHealthChecked(const std::vector<std::string>& faults, absl::Time now);
   // The GPU check found a hardware fault on this node (`cause` names the
   // GPU and the fault): the node asks to be excluded (ExcludeSelf), stops
   // its workers and exits kExitNodeExcluded, as when the job excludes it.
@@ -336,6 +353,10 @@ class ElasticState {
   absl::Time reported_at_;
   int64_t last_step_ = -1;  // the highest step this node's workers wrote, any round
   std::optional<absl::Time> progress_poll_at_;
+  // The health check before the first join: when it is given up on; and
+  // what it found, sent with every join.
+  std::optional<absl::Time> health_deadline_;
+  std::string health_fault_;
 
   // When workers that SIGKILL did not end are given up on.
   std::optional<absl::Time> abandon_at_;

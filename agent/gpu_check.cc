@@ -220,6 +220,19 @@ void GpuCheck::CheckHealth(GpuCheckOutput& out) {
   }
 }
 
+GpuCheckOutput GpuCheck::CheckHealthNow() {
+  GpuCheckOutput out;
+  out.health_checked = true;
+  CheckHealth(out);
+  const int seen = static_cast<int>(options_.gpus.size());
+  if (options_.expected_gpus > 0 && seen < options_.expected_gpus) {
+    out.faults.push_back(absl::StrCat("NVML shows ", seen, " of this node's GPUs, and ",
+                                      options_.expected_gpus,
+                                      " were asked for (--nproc-per-node gpu): one is lost"));
+  }
+  return out;
+}
+
 GpuCheckOutput GpuCheck::OnTimer(absl::Time now) {
   GpuCheckOutput out;
   LookForRelease(now, out);

@@ -107,6 +107,9 @@ struct GpuCheckOptions {
   absl::Duration report_every = absl::Minutes(5);
   // NodeGpus' answer.
   std::vector<int> gpus;
+  // The GPUs the node must have (--nproc-per-node gpu: one a worker);
+  // fewer is a fault of the health check. 0: any number.
+  int expected_gpus = 0;
 };
 
 // One worker of the running round.
@@ -145,6 +148,9 @@ struct GpuCheckOutput {
   std::vector<std::string> warnings;  // new: to log as warnings
   std::vector<std::string> cleared;   // a warned picture that is gone
   std::optional<std::string> report;  // the --gpu-report line
+  // Set for the health check before the node's first join
+  // (GpuCheck::CheckHealthNow): `faults` is its answer.
+  bool health_checked = false;
   // Set at each full check: every GPU's figures, and the same in one line
   // (the event log's gpu_sample).
   std::optional<std::vector<GpuFigures>> figures;
@@ -180,6 +186,10 @@ class GpuCheck {
   void AwaitRelease(std::vector<pid_t> old_workers, pid_t agent_pid, absl::Time now,
                     absl::Duration limit);
   static constexpr absl::Duration kReleasePoll = absl::Milliseconds(100);
+
+  // The health check before a node is seated: its GPUs' faults (as the
+  // checks in a round find them), and too few GPUs (options.expected_gpus).
+  GpuCheckOutput CheckHealthNow();
 
   // When OnTimer must next run; nullopt: nothing to do.
   std::optional<absl::Time> NextDeadline() const;

@@ -34,6 +34,8 @@ struct GpuWatcher::Shared {
   std::optional<absl::Time> due ABSL_GUARDED_BY(mu);
   // AwaitRelease's, not yet taken by the thread.
   std::optional<std::pair<std::vector<pid_t>, absl::Duration>> release ABSL_GUARDED_BY(mu);
+  // CheckHealth's, not yet taken by the thread.
+  bool health ABSL_GUARDED_BY(mu) = false;
   // The check does not run (no NVML, no GPU): a release is answered at once.
   bool off ABSL_GUARDED_BY(mu) = false;
 
@@ -49,6 +51,12 @@ void GpuWatcher::Shared::TurnOff() {
     release.reset();
     GpuCheckOutput out;
     out.release = GpuRelease{};
+    deliver(std::move(out));
+  }
+  if (health && !stop) {
+    health = false;
+    GpuCheckOutput out;
+    out.health_checked = true;
     deliver(std::move(out));
   }
 }
@@ -70,6 +78,7 @@ void GpuWatcher::Shared::Run() {
     return;
   }
   options.check.gpus = *std::move(gpus);
+  if (options.one_per_gpu) options.check.expected_gpus = options.nproc;
   logger->debug("GPU check: GPUs {} (NVML's indices), every {} s",
                 absl::StrJoin(options.check.gpus, ", "),
                 absl::ToDoubleSeconds(options.check.interval));
@@ -78,10 +87,11 @@ void GpuWatcher::Shared::Run() {
     std::optional<std::vector<GpuWorker>> new_round;
     std::optional<std::pair<std::vector<pid_t>, absl::Duration>> release_asked;
     bool round_ended = false;
+    bool health_asked = false;
     {
       absl::MutexLock lock(&mu);
       auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-        return stop || started.has_value() || ended || release.has_value() ||
+        return stop || started.has_value() || ended || release.has_value() || health ||
                (due && absl::Now() >= *due);
       };
       if (due) {
@@ -93,6 +103,13 @@ void GpuWatcher::Shared::Run() {
       std::swap(new_round, started);
       std::swap(round_ended, ended);
       std::swap(release_asked, release);
+      std::swap(health_asked, health);
+    }
+    if (health_asked) {
+      GpuCheckOutput out = check.CheckHealthNow();
+      absl::MutexLock lock(&mu);
+      if (stop) return;
+      deliver(std::move(out));
     }
     if (round_ended) check.RoundEnded();
     if (new_round) check.RoundStarted(*std::move(new_round), absl::Now());
@@ -148,6 +165,17 @@ void GpuWatcher::AwaitRelease(std::vector<pid_t> old_workers, absl::Duration lim
     return;
   }
   shared_->release.emplace(std::move(old_workers), limit);
+}
+
+void GpuWatcher::CheckHealth() {
+  absl::MutexLock lock(&shared_->mu);
+  if (shared_->off) {
+    GpuCheckOutput out;
+    out.health_checked = true;
+    shared_->deliver(std::move(out));
+    return;
+  }
+  shared_->health = true;
 }
 
 void GpuWatcher::RoundEnded() {

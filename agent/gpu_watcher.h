@@ -21,6 +21,7 @@ struct GpuWatcherOptions {
   std::string library;                 // nvml.h's kNvmlLibrary, or the tests' fake
   std::optional<std::string> visible;  // CUDA_VISIBLE_DEVICES
   int nproc = 1;                       // this node's workers
+  bool one_per_gpu = false;            // --nproc-per-node gpu: nproc GPUs are expected
   GpuCheckOptions check;               // its `gpus` are filled from NVML
 };
 
@@ -44,6 +45,10 @@ class GpuWatcher {
   // GpuCheckOutput with `release` set. Where there is no NVML or no GPU,
   // that comes at once, with nothing waited. Any thread.
   void AwaitRelease(std::vector<pid_t> old_workers, absl::Duration limit);
+  // The health check before the node is seated (GpuCheck::CheckHealthNow):
+  // `deliver` gets its answer (health_checked set); at once, with no fault,
+  // where there is no NVML or no GPU. Any thread.
+  void CheckHealth();
 
  private:
   struct Shared;

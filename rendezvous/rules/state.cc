@@ -214,6 +214,7 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
   MUSTER_RETURN_IF_ERROR(ValidateJoinRequest(request));
   // Every check first: a refused join changes nothing.
   MUSTER_RETURN_IF_ERROR(CheckJoin(request));
+  if (!request.health_fault().empty()) return RefuseUnhealthy(request, now, effects);
   Job& job = JobToJoin(request, now, effects);
   RecordJoin(job, request.node(), peer_addr, new_secret, now, effects);
   if (job.phase == Phase::kOpen) {
@@ -278,9 +279,11 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, absl::string_vie
   Failure& recent = job.recent_failures.emplace_back(failure);
   recent.set_message(CutText(failure.message(), kMaxStatusMessageBytes));
   if (job.recent_failures.size() > kMaxRecentFailures) job.recent_failures.pop_front();
-  // Only the pre-flight's failure, which only round 0 of a job that asked
-  // for one runs, is spared the restarts.
-  const bool preflight_failed = failure.no_restart() && job.config.preflight() && job.round == 0;
+  // Only the pre-flight's failure, which only a round that seated new nodes
+  // of a job that asked for one runs, is spared the restarts.
+  const bool preflight_failed =
+      failure.no_restart() && job.config.preflight() && job.round_preflight;
+  if (preflight_failed && ExcludeNewcomers(job, detail, now, effects)) return absl::OkStatus();
   const FailureVerdict verdict = JudgeFailure(job, key.node_id, detail, preflight_failed);
   AddEvent(job, JobEvent::WORKER_FAILED, key.node_id, verdict.outcome, now, effects);
   const std::string host = job.nodes.at(key.node_id).info.host();
@@ -539,6 +542,12 @@ absl::Duration RendezvousState::EmptyJobLifetime(const Job& job) const {
 }
 
 void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) {
+  // The pre-flight checks what changed: the nodes not in the round before.
+  job.newcomers.clear();
+  for (const std::string& node_id : job.joined) {
+    if (!job.expected.contains(node_id)) job.newcomers.insert(node_id);
+  }
+  job.round_preflight = job.config.preflight() && !job.newcomers.empty();
   std::vector<const Node*> order;
   order.reserve(job.joined.size());
   bool all_hinted = true;

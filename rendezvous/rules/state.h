@@ -178,7 +178,9 @@ class RendezvousState {
   // closed, the node's config differs from the job's, or another protocol
   // version; kPermissionDenied a join for a live node without its secret;
   // kResourceExhausted the join would open more than max_jobs jobs.
-  // A refused join changes nothing.
+  // A refused join changes nothing, but for one whose health check failed
+  // (JoinRequest.health_fault, kFailedPrecondition): its host is excluded
+  // from the job (see RefuseUnhealthy).
   absl::Status Join(const JoinRequest& request, absl::string_view peer_addr,
                     absl::string_view new_secret, absl::Time now, Effects* effects);
 
@@ -399,6 +401,11 @@ class RendezvousState {
     std::string failing_node;
     int32_t node_failures = 0;
     std::deque<Exclusion> excluded;
+    // Running round: the nodes seated in it that were not in the round
+    // before, and whether it runs the pre-flight (config.preflight and
+    // newcomers: Assignment.preflight).
+    std::set<std::string> newcomers;
+    bool round_preflight = false;
     bool stuck = false;    // closing for --max-no-progress-restarts
     bool stopped = false;  // closing for an operator's Stop: no requeue wanted
   };
@@ -411,6 +418,9 @@ class RendezvousState {
   // RecordJoin: the node's record, its join counted. Then the node takes a
   // seat in the open round or waits, or a running round makes room for it.
   absl::Status CheckJoin(const JoinRequest& request);
+  // A join whose health check failed (JoinRequest.health_fault): its host
+  // is excluded from the job, if there is one, and the join refused.
+  absl::Status RefuseUnhealthy(const JoinRequest& request, absl::Time now, Effects* effects);
   Job& JobToJoin(const JoinRequest& request, absl::Time now, Effects* effects);
   void RecordJoin(Job& job, const NodeInfo& info, absl::string_view peer_addr,
                   absl::string_view new_secret, absl::Time now, Effects* effects);
@@ -464,6 +474,11 @@ class RendezvousState {
   void ExcludeHost(Job& job, const std::string& host, const std::string& node_id,
                    const std::string& cause, absl::Time now, Effects* effects);
   static void TakeOutOfRound(Job& job, const std::string& host);
+  // The pre-flight of a round that seated newcomers beside nodes of the
+  // round before failed: the newcomers' hosts are excluded (they are what
+  // changed), and the round opens again without them; no restart is spent.
+  // False when it does not apply (round 0, or every node new).
+  bool ExcludeNewcomers(Job& job, const std::string& detail, absl::Time now, Effects* effects);
   void RemoveExcludedNodes(Job& job, const std::string& host, absl::Time now, Effects* effects);
   static const Exclusion* FindExclusion(const Job& job, absl::string_view host);
   // What the journal keeps of the job's progress, and its inverse.

@@ -176,6 +176,42 @@ void RendezvousState::TakeOutOfRound(Job& job, const std::string& host) {
                 [&](const std::string& id) { return job.nodes.at(id).info.host() == host; });
 }
 
+absl::Status RendezvousState::RefuseUnhealthy(const JoinRequest& request, absl::Time now,
+                                              Effects* effects) {
+  const std::string& host = request.node().host();
+  const std::string cause =
+      absl::StrCat("its GPUs failed their health check before it was seated: ",
+                   ForLog(request.health_fault(), kMaxReasonBytes));
+  Job* job = FindJob(request.job_id());
+  if (job != nullptr && job->phase != Phase::kClosed) {
+    ExcludeHost(*job, host, request.node().node_id(), cause, now, effects);
+    RemoveExcludedNodes(*job, host, now, effects);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("host ", host, " ", kExcludedFromJob, " '", request.job_id(), "': ", cause));
+}
+
+bool RendezvousState::ExcludeNewcomers(Job& job, const std::string& detail, absl::Time now,
+                                       Effects* effects) {
+  if (job.newcomers.empty() || job.newcomers.size() >= job.participants.size()) return false;
+  std::set<std::string> hosts;
+  for (const std::string& id : job.newcomers) hosts.insert(job.nodes.at(id).info.host());
+  const std::string cause = absl::StrCat(
+      "the pre-flight all-reduce failed in the round that seated it (", detail,
+      "): the nodes of the round before had passed it, so the newcomer is taken for the fault");
+  AddEvent(job, JobEvent::WORKER_FAILED, "", absl::StrCat(detail, " in the pre-flight"), now,
+           effects);
+  for (const std::string& host : hosts) {
+    ExcludeHost(job, host, "", cause, now, effects);
+    TakeOutOfRound(job, host);
+  }
+  OpenNextRound(job, RoundChanged::NODE_LOST,
+                absl::StrCat(detail, " in the pre-flight; the new node(s) are excluded"), now,
+                effects);
+  for (const std::string& host : hosts) RemoveExcludedNodes(job, host, now, effects);
+  return true;
+}
+
 void RendezvousState::RemoveExcludedNodes(Job& job, const std::string& host, absl::Time now,
                                           Effects* effects) {
   std::vector<std::string> ids;

@@ -59,6 +59,7 @@ Assignment RendezvousState::MakeAssignment(const Job& job, const Node& node, int
   assignment.set_master_port(master.info.master_port_candidate());
   assignment.set_node_secret(node.secret);
   assignment.set_ride_out_outages(options_.ride_out_outages);
+  assignment.set_preflight(job.round_preflight);
   return assignment;
 }
 

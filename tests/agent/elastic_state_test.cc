@@ -1036,10 +1036,15 @@ class PreflightTest : public ElasticStateTest {
     return options;
   }
   PreflightTest() : ElasticStateTest(WithPreflight()) {}
+  // An assignment of a round that runs the pre-flight (it seats a new node).
+  static rdzv::Assignment WithPreflight(rdzv::Assignment assignment) {
+    assignment.set_preflight(true);
+    return assignment;
+  }
   // The pre-flight's `workers` run in round `round`.
   Actions ToPreflight(int workers = 2, int64_t round = 0) {
     ToJoining();
-    Actions joined = state_.OnRdzv(rdzv_event::Joined{Assigned(round)}, At(10));
+    Actions joined = state_.OnRdzv(rdzv_event::Joined{WithPreflight(Assigned(round))}, At(10));
     EXPECT_THAT(state_.OnWorkersStarted(workers, std::nullopt, At(10)), IsEmpty());
     return joined;
   }
@@ -1081,19 +1086,25 @@ TEST_F(PreflightTest, AFailedPreflightReportsAFailureNoRestartMendsAndNeverStart
 
 TEST_F(PreflightTest, APreflightThatCannotStartIsAPreflightFailure) {
   ToJoining();
-  state_.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  state_.OnRdzv(rdzv_event::Joined{WithPreflight(Assigned(0))}, At(10));
   WorkerFailure missing = Failure(0, 127);
   Actions started = state_.OnWorkersStarted(0, missing, At(10));
   EXPECT_THAT(Names(started), ElementsAre("ReportFailure", "Signal TERM"));
   EXPECT_TRUE(Find<action::ReportFailure>(started).failure.preflight);
 }
 
-TEST_F(PreflightTest, LaterRoundsRunTheScriptAtOnce) {
+TEST_F(PreflightTest, ARoundThatSeatsNoNewNodeRunsTheScriptAtOnce) {
   ToJoining();
   Actions joined = state_.OnRdzv(rdzv_event::Joined{Assigned(3, 1)}, At(10));
   EXPECT_FALSE(Find<action::StartWorkers>(joined).preflight)
-      << "every node of a round decides alike: only round 0 runs it";
+      << "the rendezvous decides for every node of the round alike";
   EXPECT_FALSE(state_.in_preflight());
+}
+
+TEST_F(PreflightTest, ALaterRoundThatSeatsANewNodeRunsItAgain) {
+  ToJoining();
+  Actions joined = state_.OnRdzv(rdzv_event::Joined{WithPreflight(Assigned(3, 1))}, At(10));
+  EXPECT_TRUE(Find<action::StartWorkers>(joined).preflight);
 }
 
 TEST_F(PreflightTest, ARoundChangeDuringThePreflightRejoinsWithoutIt) {
@@ -1167,7 +1178,9 @@ TEST_F(ProgressTest, ThePreflightReportsNoProgress) {
   options.preflight = true;
   ElasticState state(options);
   state.Start(At(0));
-  state.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  rdzv::Assignment assignment = Assigned(0);
+  assignment.set_preflight(true);
+  state.OnRdzv(rdzv_event::Joined{assignment}, At(10));
   state.OnWorkersStarted(2, std::nullopt, At(10));
   ASSERT_TRUE(state.in_preflight());
   EXPECT_THAT(state.OnProgress(Wrote(1, 20), At(30)), IsEmpty());
@@ -1293,6 +1306,50 @@ TEST_F(ElasticStateTest, AGpuFaultLeavesTheJobAskingForExclusionThenExits) {
   ASSERT_THAT(Names(exited), ElementsAre("Exit 69"));
   EXPECT_THAT(Find<action::Exit>(exited).why,
               AllOf(HasSubstr("its own health check failed"), HasSubstr("Xid 79")));
+}
+
+class HealthCheckTest : public ElasticStateTest {
+ protected:
+  static ElasticOptions WithHealthCheck() {
+    ElasticOptions options = Options();
+    options.health_check = true;
+    return options;
+  }
+  HealthCheckTest() : ElasticStateTest(WithHealthCheck()) {}
+};
+
+TEST_F(HealthCheckTest, AHealthyNodeJoinsOnceItsGpusAreChecked) {
+  Actions start = state_.Start(At(0));
+  ASSERT_EQ(start.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<action::CheckHealth>(start[0]));
+  EXPECT_EQ(state_.phase(), AgentPhase::kJoining);
+  Actions checked = state_.OnHealthChecked({}, At(50));
+  ASSERT_THAT(Names(checked), ElementsAre("Join"));
+  EXPECT_EQ(Find<action::Join>(checked).health_fault, "");
+  EXPECT_THAT(state_.OnHealthChecked({}, At(60)), IsEmpty()) << "answered once";
+}
+
+TEST_F(HealthCheckTest, ASickNodeTellsTheRendezvousAndExitsWithTheExcludedCode) {
+  state_.Start(At(0));
+  Actions checked =
+      state_.OnHealthChecked({"GPU 0 (GPU-x): Xid 79, the GPU has fallen off the bus"}, At(50));
+  ASSERT_THAT(Names(checked), ElementsAre("Join"));
+  EXPECT_THAT(Find<action::Join>(checked).health_fault, HasSubstr("Xid 79"));
+  EXPECT_THAT(Logs(checked), Contains(HasSubstr("failed their health check")));
+  Actions refused =
+      state_.OnRdzv(rdzv_event::Joined{absl::FailedPreconditionError(absl::StrCat(
+                        "host node-a ", rdzv::kExcludedFromJob, " 'x': its GPUs failed"))},
+                    At(60));
+  ASSERT_THAT(Names(refused), ElementsAre("Exit 69"));
+  EXPECT_THAT(Find<action::Exit>(refused).why, HasSubstr("Xid 79"));
+}
+
+TEST_F(HealthCheckTest, ACheckThatNeverAnswersIsGivenUpOnAndTheNodeJoins) {
+  state_.Start(At(0));
+  EXPECT_EQ(state_.NextDeadline(), At(0) + ElasticState::kHealthCheckWait);
+  Actions late = state_.OnTimer(At(0) + ElasticState::kHealthCheckWait);
+  EXPECT_THAT(Names(late), ElementsAre("Join"));
+  EXPECT_THAT(Logs(late), Contains(HasSubstr("did not answer")));
 }
 
 TEST_F(ElasticStateTest, AJoinRefusedForAnExcludedHostExitsWithTheExcludedCode) {

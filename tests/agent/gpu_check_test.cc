@@ -351,6 +351,24 @@ TEST_F(GpuReleaseTest, AGpuThatCannotBeReadIsSaidAndNotWaitedFor) {
 
 // ---- Hardware faults: the node is bad ----
 
+TEST_F(GpuCheckTest, TheHealthCheckBeforeAJoinSaysFaultsAndMissingGpus) {
+  Make(2, 2);
+  GpuCheckOutput healthy = check_->CheckHealthNow();
+  EXPECT_TRUE(healthy.health_checked);
+  EXPECT_THAT(healthy.faults, IsEmpty());
+  fake_->health[1].row_remap_pending = true;
+  EXPECT_THAT(check_->CheckHealthNow().faults,
+              ElementsAre(HasSubstr("GPU 1 (GPU-1001-fake): a row remapping is pending")));
+
+  fake_ = std::make_unique<FakeGpus>(3);  // 3 GPUs, --nproc-per-node gpu asked for 4
+  GpuCheckOptions options;
+  options.gpus = *NodeGpus(std::nullopt, fake_->uuids(), 4);
+  options.expected_gpus = 4;
+  GpuCheck short_one(*fake_, options, [](pid_t) { return pid_t{1}; });
+  EXPECT_THAT(short_one.CheckHealthNow().faults,
+              ElementsAre(HasSubstr("NVML shows 3 of this node's GPUs, and 4 were asked for")));
+}
+
 TEST(HealthFaultTest, EachFaultSaysWhatItIsAndNoneIsNothing) {
   GpuSource::Health health;
   EXPECT_EQ(HealthFault(health, 0), std::nullopt);

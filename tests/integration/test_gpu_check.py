@@ -205,9 +205,6 @@ class Preflight(TempDirTest):
             self.assertIn("in the pre-flight all-reduce (--preflight): the job's communication is "
                           "broken, which no restart mends", self.read(f"{name}.err"))
 
-if __name__ == "__main__":
-    unittest.main()
-
 # Attempt 0 starts a process of its own session (the agent's group kill does
 # not reach it, as a CUDA context being torn down lingers) that "holds" GPU 0
 # for HOLD seconds, then fails; attempt 1 records when it started.
@@ -276,3 +273,6 @@ class GpuRelease(GpuCheckTest):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("GPUs", r.stderr.split("restart 1 of 1")[-1])
 
+
+if __name__ == "__main__":
+    unittest.main()

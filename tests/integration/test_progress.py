@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 
 from harness import MUSTER, WORKERS, TempDirTest, muster, read_file, run, wait_for
 from test_gpu_check import FAKE_NVML
@@ -81,14 +82,14 @@ class BadNodes(TrustTest, Scraping):
     def logs(self):
         return "\n".join(f"--- {name}\n{self.read(name + '.err')}" for name in self.names)
 
-    def start_on(self, host, name=None, *extra, bad="nodeA", **extra_env):
+    def start_on(self, host, name=None, *extra, bad="nodeA", nnodes="2", **extra_env):
         """An agent on host `host` (its own UTS namespace) whose workers fail on host `bad`."""
         name = name or host
         self.names.append(name)
         return self.spawn(name, [
             "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host,
             MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{self.port}",
-            "--rdzv-id", self.JOB, "--nnodes", "2", "--nproc-per-node", "1",
+            "--rdzv-id", self.JOB, "--nnodes", nnodes, "--nproc-per-node", "1",
             "--max-restarts", "5", "--max-node-failures", "2",
             "--rdzv-conf", "is_host=0,metrics_port=0", *extra,
             PROGRESS, "bad-host", bad, self.work], MUSTER_TOKEN_FILE=self.token, **extra_env)
@@ -203,6 +204,58 @@ class BadNodes(TrustTest, Scraping):
             code, _ = self.finish(proc, name)
             self.assertEqual(code, 0, self.logs())
         self.assertEqual({h for h, _, _ in marks(self.work, "done")}, {"nodeA", "nodeC"})
+
+    def test_a_spare_whose_preflight_fails_is_never_seated_and_the_job_goes_on(self):
+        """Issue 32, "Must work" 3: --preflight allreduce in the round that seats a
+        spare; the spare's rank sums wrong (the all-reduce's test hook)."""
+        conf = ("--preflight", "allreduce", "--rdzv-conf", "last_call_timeout=1")
+        a = self.start_on("nodeA", None, *conf, bad="none", nnodes="1:2")
+        b = self.start_on("nodeB", None, *conf, bad="none", nnodes="1:2")
+        started = lambda: {h for h, r, _ in marks(self.work, "start")} == {"nodeA", "nodeB"}
+        self.assertTrue(wait_for(started, 60), self.logs())
+        # nodeC sorts after nodeA: rank 1 of the round that seats it, whose sum it spoils.
+        c = self.start_on("nodeC", None, *conf, bad="none", nnodes="1:2",
+                          MUSTER_ALLREDUCE_TEST_CORRUPT_RANK="1")
+        self.assertTrue(wait_for(lambda: self.status()["waiting"] == 1, 30), self.logs())
+        b.send_signal(signal.SIGTERM)  # nodeB leaves: the spare is seated, and checked
+        code, err = self.finish(c, "nodeC")
+        self.assertEqual(code, EXIT_NODE_EXCLUDED, self.logs())
+        self.assertIn("pre-flight all-reduce failed in the round that seated it", err)
+        self.assertNotIn("nodeC", {h for h, _, _ in marks(self.work, "start")},
+                         "the spare's script never started")
+        # nodeA goes on alone (min 1), the script started again without a restart.
+        again = lambda: len([1 for h, _, _ in marks(self.work, "start") if h == "nodeA"]) >= 1 \
+            and self.status()["state"] == "running" and self.status()["nodes"] == 1
+        self.assertTrue(wait_for(again, 60), self.logs())
+        job = self.status()
+        self.assertEqual(job["restarts"], 0, job)
+        self.assertEqual([e["host"] for e in job["excluded"]], ["nodeC"], job)
+        open(os.path.join(self.work, "finish"), "w").close()
+        code, _ = self.finish(a, "nodeA")
+        self.assertEqual(code, 0, self.logs())
+
+    def test_a_spare_whose_gpu_is_faulty_is_never_seated(self):
+        """Issue 32, "Must work" 3, the other way: the spare's GPU has retired
+        pages pending, as the fake NVML shows it; its health check, before it
+        joins, keeps it out."""
+        gpus = {host: self.fake_gpu(host) for host in ("nodeA", "nodeB", "nodeC")}
+        open(os.path.join(gpus["nodeC"]["FAKE_NVML_DIR"], "pending.0"), "w").close()
+        a = self.start_on("nodeA", None, bad="none", **gpus["nodeA"])
+        b = self.start_on("nodeB", None, bad="none", **gpus["nodeB"])
+        started = lambda: {h for h, r, _ in marks(self.work, "start")} == {"nodeA", "nodeB"}
+        self.assertTrue(wait_for(started, 60), self.logs())
+        c = self.start_on("nodeC", None, bad="none", **gpus["nodeC"])
+        code, err = self.finish(c, "nodeC")
+        self.assertEqual(code, EXIT_NODE_EXCLUDED, self.logs())
+        self.assertIn("this node's GPUs failed their health check: GPU 0 "
+                      "(GPU-fa4e0000-0000-0000-0000-000000000000): retired pages are pending", err)
+        job = self.status()
+        self.assertEqual([e["host"] for e in job["excluded"]], ["nodeC"], job)
+        self.assertEqual((job["state"], job["round"], job["waiting"]), ("running", 0, 0), job)
+        open(os.path.join(self.work, "finish"), "w").close()
+        for proc, name in ((a, "nodeA"), (b, "nodeB")):
+            code, _ = self.finish(proc, name)
+            self.assertEqual(code, 0, self.logs())
 
 
 if __name__ == "__main__":

@@ -355,6 +355,64 @@ TEST_F(ProgressTest, ANodeWhoseOwnHealthCheckFailsIsExcludedWithoutARestart) {
             absl::StatusCode::kPermissionDenied);
 }
 
+TEST_F(ProgressTest, APreflightRunsInEveryRoundThatSeatsANewNode) {
+  config_ = Config(2, 2, /*max_restarts=*/3);
+  config_.set_preflight(true);
+  for (const auto& [id, a] : Form({{"a"}, {"b"}}, At(0))) EXPECT_TRUE(a.preflight()) << id;
+  Join({"c"}, At(10));  // the spare
+  Fail("a", 0, At(100));
+  for (const auto& [id, a] : Form({{"a"}, {"b"}}, At(200))) {
+    EXPECT_FALSE(a.preflight()) << id << ": the same nodes as before, nothing to check";
+  }
+  Leave("b", At(300));  // c is seated in b's place: a new node, checked
+  for (const auto& [id, a] : Assigned(Join({"a"}, At(400)))) EXPECT_TRUE(a.preflight()) << id;
+}
+
+TEST_F(ProgressTest, ASpareWhosePreflightFailsIsExcludedAndTheJobGoesOn) {
+  config_ = Config(2, 2, /*max_restarts=*/3);
+  config_.set_preflight(true);
+  Form({{"a"}, {"b"}}, At(0));
+  Join({"c"}, At(10));
+  Join({"d"}, At(20));  // a second spare
+  Leave("b", At(300));
+  ASSERT_THAT(Keys(Assigned(Join({"a"}, At(400)))), ElementsAre("a", "c"));
+  Failure failure = MakeFailure("a", 0);
+  failure.set_no_restart(true);  // the pre-flight's: a wrong sum
+  Effects effects;
+  ASSERT_TRUE(state_.ReportFailure({job_, "a"}, SecretOf("a"), 1, failure, At(500), &effects).ok());
+  Keep(effects);
+  auto pushed = Pushed(effects);
+  ASSERT_THAT(pushed["c"], SizeIs(1));
+  EXPECT_THAT(pushed["c"][0].node_excluded().exclusion().cause(),
+              HasSubstr("pre-flight all-reduce failed in the round that seated it"));
+  EXPECT_EQ(pushed["a"].at(0).round_changed().reason(), RoundChanged::NODE_LOST);
+  EXPECT_EQ(JobStatus().state(), "open") << "the job goes on";
+  EXPECT_EQ(JobStatus().restart_count(), 0);
+  // The other spare is seated, and checked in its turn.
+  std::map<std::string, Assignment> next = Assigned(Join({"a"}, At(600)));
+  EXPECT_THAT(Keys(next), ElementsAre("a", "d"));
+  EXPECT_TRUE(next["d"].preflight());
+}
+
+TEST_F(ProgressTest, AJoinWhoseHealthCheckFailedIsRefusedAndItsHostExcluded) {
+  Form({{"a"}, {"b"}}, At(0));
+  JoinRequest sick = Request({"c"});
+  sick.set_health_fault("GPU 0 (GPU-x): retired pages are pending (it needs a reset)");
+  Effects effects;
+  absl::Status refused = state_.Join(sick, PeerOf("c"), SecretOf("c"), At(100), &effects);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), AllOf(HasSubstr(kExcludedFromJob), HasSubstr("retired pages"),
+                                       HasSubstr("health check before it was seated")));
+  ASSERT_THAT(JobStatus().excluded(), SizeIs(1));
+  EXPECT_EQ(JobStatus().excluded(0).host(), "host-c");
+  EXPECT_EQ(JobStatus().node_count(), 2) << "never seated, never a node of the job";
+  // A job that does not exist is not made by it.
+  sick.set_job_id("other");
+  EXPECT_EQ(state_.Join(sick, PeerOf("c"), SecretOf("c"), At(100), &effects).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(state_.job_count(), 1u);
+}
+
 TEST_F(ProgressTest, AJobOfOneNodeNeverExcludesIt) {
   config_ = Config(1, 1, /*max_restarts=*/5);
   config_.set_max_node_failures(1);
