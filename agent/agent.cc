@@ -114,8 +114,11 @@ ElasticOptions ElasticOptionsFor(const AgentOptions& options, const std::string&
   elastic.shutdown_grace = absl::FromChrono(config.shutdown_grace);
   elastic.stop_signals = config.signals_to_handle;
   elastic.preflight = config.preflight;
-  // The GPU watcher answers it (at once where there is no NVML).
-  elastic.health_check = config.gpu_check_interval.count() > 0;
+  // The GPU watcher answers it; on a node with no NVIDIA driver (and no
+  // NVML library named) there is nothing to check, and no wait for it.
+  elastic.health_check =
+      config.gpu_check_interval.count() > 0 &&
+      (FindEnv(options.base_env, kNvmlLibraryEnv) || access("/dev/nvidiactl", F_OK) == 0);
   return elastic;
 }
 
@@ -238,6 +241,9 @@ class Agent::Impl {
   int64_t last_round_told_ = -1;
   bool closed_told_ = false;
   bool event_log_failed_ = false;  // said once
+  // The last "progress" event told: its round, and when.
+  int64_t progress_told_round_ = -1;
+  absl::Time progress_told_at_ = absl::InfinitePast();
 
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<WorkerGroup> workers_;
@@ -555,6 +561,8 @@ void Agent::Impl::Observe(const rdzv::WatchEvent& event) {
   } else if (event.has_job_closed() && !closed_told_) {
     closed_told_ = true;
     Emit("job_closed", state_.round(), event.job_closed().reason());
+  } else if (event.has_node_excluded()) {
+    Emit("node_excluded", state_.round(), event.node_excluded().exclusion().cause());
   }
 }
 
@@ -769,7 +777,19 @@ void Agent::Impl::Do(const action::SendHeartbeat& heartbeat) {
   request.set_job_id(config_.rdzv_id);
   request.set_node_id(node_id_);
   request.set_node_secret(node_secret_);
-  if (heartbeat.progress) *request.mutable_progress() = *heartbeat.progress;
+  if (heartbeat.progress) {
+    *request.mutable_progress() = *heartbeat.progress;
+    const int64_t round = heartbeat.progress->round();
+    if (round != progress_told_round_ || clock_.Now() - progress_told_at_ >= absl::Minutes(1)) {
+      progress_told_round_ = round;
+      progress_told_at_ = clock_.Now();
+      Emit("progress", round,
+           absl::StrCat("step ", heartbeat.progress->step(),
+                        heartbeat.progress->count() > 0
+                            ? absl::StrCat(" (count ", heartbeat.progress->count(), ")")
+                            : std::string()));
+    }
+  }
   client_->Heartbeat(request, kRpcTimeout, [this](absl::StatusOr<int64_t> round) {
     Post(rdzv_event::HeartbeatAnswered{std::move(round)});
   });

@@ -459,6 +459,13 @@ void ElasticState::OnFailureReported(const absl::Status& status, absl::Time now,
     return;
   }
   unreported_failure_.reset();
+  if (absl::StrContains(status.message(), rdzv::kExcludedFromJob)) {
+    // Excluded by another's report of the same round; its push may come later.
+    rdzv::Exclusion exclusion;
+    exclusion.set_cause(std::string(status.message()));
+    OnNodeExcluded(exclusion, now, out);
+    return;
+  }
   Log(out, Level::kError,
       absl::StrCat("could not report the failure to the rendezvous at ", options_.rdzv_target, ": ",
                    status.message()));

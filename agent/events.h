@@ -21,6 +21,11 @@
 //   gpu_cleared    a warned picture is gone (detail: what changed)
 //   gpu_sample     a full GPU check: each GPU's utilization, memory and
 //                  local ranks (detail), every --gpu-check-interval
+//   gpu_fault      the GPU check found a hardware fault (detail: the GPU
+//                  and the fault): this node leaves, its host excluded
+//   node_excluded  the job excluded this node's host (detail: why)
+//   progress       this node's workers reached a new step (MUSTER_PROGRESS_FILE):
+//                  the first of each round, then at most one a minute
 #ifndef MUSTER_AGENT_EVENTS_H_
 #define MUSTER_AGENT_EVENTS_H_
 

@@ -145,7 +145,9 @@ void GpuCheck::LookForRelease(absl::Time now, GpuCheckOutput& out) {
   if (!release_ || now < release_->next_look) return;
   std::vector<GpuHolder> holders = OldRoundHolders(out);
   if (holders.empty() || now >= release_->deadline) {
-    out.release = GpuRelease{now - release_->started, std::move(holders)};
+    out.release.emplace();
+    out.release->waited = now - release_->started;
+    out.release->holders = std::move(holders);
     release_.reset();
     return;
   }

@@ -138,7 +138,7 @@ struct GpuHolder {
 
 // How the wait for the last round's GPU memory ended (GpuCheck::AwaitRelease).
 struct GpuRelease {
-  absl::Duration waited;
+  absl::Duration waited = absl::ZeroDuration();
   // Still holding memory when the bound ran out; empty: every GPU was freed.
   std::vector<GpuHolder> holders;
 };

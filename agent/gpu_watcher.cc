@@ -50,7 +50,7 @@ void GpuWatcher::Shared::TurnOff() {
   if (release && !stop) {
     release.reset();
     GpuCheckOutput out;
-    out.release = GpuRelease{};
+    out.release.emplace();
     deliver(std::move(out));
   }
   if (health && !stop) {
@@ -160,7 +160,7 @@ void GpuWatcher::AwaitRelease(std::vector<pid_t> old_workers, absl::Duration lim
   absl::MutexLock lock(&shared_->mu);
   if (shared_->off) {
     GpuCheckOutput out;
-    out.release = GpuRelease{};
+    out.release.emplace();
     shared_->deliver(std::move(out));
     return;
   }

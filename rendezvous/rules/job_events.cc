@@ -13,6 +13,8 @@ std::string JobEventKindName(JobEvent::Kind kind) {
     case JobEvent::WORKER_FAILED: return "worker_failed";
     case JobEvent::JOB_CLOSED: return "job_closed";
     case JobEvent::JOB_FORGOTTEN: return "job_forgotten";
+    case JobEvent::NODE_EXCLUDED: return "node_excluded";
+    case JobEvent::PROGRESS: return "progress";
     default: return "unknown";
   }
 }

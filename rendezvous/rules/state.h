@@ -390,6 +390,7 @@ class RendezvousState {
     int64_t best_step = -1;
     absl::Time best_step_time;
     bool round_progressed = false;
+    bool round_stepped = false;        // a member of the running round reported a step
     bool progressed = false;           // some round reached a new step
     int32_t no_progress_restarts = 0;  // in a row
     // Wall time of the ended rounds that made progress (goodput).

@@ -44,9 +44,8 @@ void RendezvousState::NoteProgress(Job& job, Node& node, const Progress& progres
     node.steps_per_second = static_cast<double>(progress.step() - node.step) /
                             absl::ToDoubleSeconds(written - node.step_time);
   }
-  const bool first_of_round =
-      std::none_of(job.participants.begin(), job.participants.end(),
-                   [&job](const std::string& id) { return job.nodes.at(id).step >= 0; });
+  const bool first_of_round = !job.round_stepped;
+  job.round_stepped = true;
   node.step = progress.step();
   node.step_time = written;
   if (progress.step() <= job.best_step) return;
@@ -69,6 +68,7 @@ void RendezvousState::NoteProgress(Job& job, Node& node, const Progress& progres
 void RendezvousState::EndRound(Job& job, absl::Time now) {
   if (job.phase == Phase::kRunning && job.round_progressed) job.productive += now - job.round_since;
   job.round_progressed = false;
+  job.round_stepped = false;
   for (auto& [id, node] : job.nodes) {
     node.step = -1;
     node.steps_per_second = 0;

@@ -1258,6 +1258,17 @@ TEST_F(ElasticStateTest, AnExcludedNodeStopsItsWorkersAndExitsNamingTheCause) {
   EXPECT_FALSE(exit.leave_reason) << "the rendezvous removed it already";
 }
 
+TEST_F(ElasticStateTest, AFailureReportRefusedForAnExclusionExitsWithTheExcludedCode) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  Actions refused = state_.OnRdzv(rdzv_event::FailureReported{absl::NotFoundError(
+                                      absl::StrCat("node a was dropped from job 'x': node node-a ",
+                                                   rdzv::kExcludedFromJob, " 'x' (a bad node)"))},
+                                  At(120));
+  ASSERT_THAT(Names(refused), ElementsAre("Exit 69"))
+      << "another node's report of the same round excluded this one first";
+}
+
 TEST_F(ElasticStateTest, AnExclusionWhileStoppingWinsOverTheJobsClose) {
   ToStoppingAfterFailure();
   state_.OnRdzv(Excluded(), At(105));

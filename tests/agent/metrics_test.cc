@@ -99,5 +99,20 @@ TEST(AgentMetricsTest, GpuFiguresAreToldPerGpu) {
   EXPECT_EQ(samples.at("muster_agent_gpu_warnings_total"), 1);
 }
 
+TEST(AgentMetricsTest, TheWorkersStepsAreTold) {
+  FakeClock clock;
+  AgentMetrics metrics("job", clock);
+  EXPECT_EQ(Samples(metrics).count("muster_agent_step"), 0u) << "none written yet";
+  metrics.Progressed(10, 320, clock.Now());
+  clock.Advance(absl::Seconds(2));
+  metrics.Progressed(30, 960, clock.Now());
+  clock.Advance(absl::Seconds(3));
+  std::map<std::string, double> samples = Samples(metrics);
+  EXPECT_EQ(samples.at("muster_agent_step"), 30);
+  EXPECT_EQ(samples.at("muster_agent_step_items"), 960);
+  EXPECT_EQ(samples.at("muster_agent_steps_per_second"), 10);
+  EXPECT_EQ(samples.at("muster_agent_seconds_since_step"), 3);
+}
+
 }  // namespace
 }  // namespace muster

@@ -124,6 +124,34 @@ TEST_F(RendezvousMetricsTest, JobsAreToldByStateWithTheirNodesRoundsAndRestarts)
   hub_->Shutdown();
 }
 
+TEST_F(RendezvousMetricsTest, AJobsStepPaceGoodputAndExclusionsAreTold) {
+  std::map<std::string, Assignment> round0 = Form("train");
+  std::map<std::string, double> samples = Samples(metrics_);
+  EXPECT_EQ(samples.count("muster_rendezvous_job_step{job_id=train}"), 0u) << "none reported";
+  EXPECT_EQ(samples.at("muster_rendezvous_job_excluded_nodes{job_id=train}"), 0);
+  EXPECT_EQ(samples.at("muster_rendezvous_job_goodput_ratio{job_id=train}"), 0);
+  HeartbeatRequest beat;
+  beat.set_job_id("train");
+  beat.set_node_id("a");
+  beat.set_node_secret(round0["a"].node_secret());
+  beat.mutable_progress()->set_round(0);
+  clock_.Advance(absl::Seconds(10));
+  beat.mutable_progress()->set_step(100);
+  ASSERT_TRUE(hub_->Heartbeat(beat).ok());
+  clock_.Advance(absl::Seconds(5));
+  beat.mutable_progress()->set_step(150);
+  ASSERT_TRUE(hub_->Heartbeat(beat).ok());
+  clock_.Advance(absl::Seconds(5));
+  samples = Samples(metrics_);
+  EXPECT_EQ(samples.at("muster_rendezvous_job_step{job_id=train}"), 150);
+  EXPECT_EQ(samples.at("muster_rendezvous_job_steps_per_second{job_id=train}"), 10);
+  EXPECT_EQ(samples.at("muster_rendezvous_job_seconds_since_step{job_id=train}"), 5);
+  EXPECT_EQ(samples.at("muster_rendezvous_job_goodput_ratio{job_id=train}"), 1)
+      << "every second of it in a round that made progress";
+  EXPECT_EQ(samples.at("muster_rendezvous_job_no_progress_restarts{job_id=train}"), 0);
+  hub_->Shutdown();
+}
+
 TEST_F(RendezvousMetricsTest, CallsAreCountedByMethodAndCode) {
   metrics_.CountCall(RpcMethod::kJoin, grpc::StatusCode::OK);
   metrics_.CountCall(RpcMethod::kJoin, grpc::StatusCode::OK);
