@@ -461,9 +461,9 @@ void ElasticState::OnFailureReported(const absl::Status& status, absl::Time now,
   unreported_failure_.reset();
   if (absl::StrContains(status.message(), rdzv::kExcludedFromJob)) {
     // Excluded by another's report of the same round; its push may come later.
-    rdzv::Exclusion exclusion;
-    exclusion.set_cause(std::string(status.message()));
-    OnNodeExcluded(exclusion, now, out);
+    rdzv::NodeExcluded excluded;
+    excluded.mutable_exclusion()->set_cause(std::string(status.message()));
+    OnNodeExcluded(excluded, now, out);
     return;
   }
   Log(out, Level::kError,
@@ -503,12 +503,23 @@ void ElasticState::OnPushed(const rdzv::WatchEvent& event, absl::Time now, Actio
   } else if (event.has_job_closed()) {
     OnJobClosed(event.job_closed(), now, out);
   } else if (event.has_node_excluded()) {
-    OnNodeExcluded(event.node_excluded().exclusion(), now, out);
+    OnNodeExcluded(event.node_excluded(), now, out);
   }
 }
 
-void ElasticState::OnNodeExcluded(const rdzv::Exclusion& exclusion, absl::Time now, Actions* out) {
-  if (excluded_) return;
+void ElasticState::OnNodeExcluded(const rdzv::NodeExcluded& excluded, absl::Time now,
+                                  Actions* out) {
+  const rdzv::Exclusion& exclusion = excluded.exclusion();
+  if (excluded_ || excluded_as_job_ends_) return;
+  if (excluded.job_ends()) {
+    // No restart is left: the JobClosed that follows ends this node as it
+    // ends every other, with the job's exit code.
+    excluded_as_job_ends_ = exclusion;
+    Log(out, Level::kError,
+        absl::StrCat("the job excluded this node's host ", exclusion.host(), ": ",
+                     exclusion.cause(), "; the same failure ends the job"));
+    return;
+  }
   excluded_ = exclusion;
   Log(out, Level::kError,
       absl::StrCat("the job excluded this node's host ", exclusion.host(), ": ", exclusion.cause(),
@@ -875,6 +886,7 @@ void ElasticState::ExitFailed(const std::string& why, Actions* out) {
   exit.report = std::move(report);
   exit.why = why;
   exit.failures_seen = !failures_.empty();
+  exit.excluded = excluded_as_job_ends_;
 }
 
 std::string ElasticState::Summary() const {

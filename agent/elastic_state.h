@@ -297,7 +297,7 @@ class ElasticState {
   void OnDoneReported(const absl::Status& status, absl::Time now, Actions* out);
   void OnHeartbeat(const absl::StatusOr<int64_t>& round, absl::Time now, Actions* out);
   void OnJobClosed(const rdzv::JobClosed& closed, absl::Time now, Actions* out);
-  void OnNodeExcluded(const rdzv::Exclusion& exclusion, absl::Time now, Actions* out);
+  void OnNodeExcluded(const rdzv::NodeExcluded& excluded, absl::Time now, Actions* out);
   // What an exclusion does in each phase, once excluded_ says why.
   void StopForExclusion(absl::Time now, Actions* out);
   // The exit with kExitNodeExcluded, saying why.
@@ -347,6 +347,9 @@ class ElasticState {
 
   // This node's host was excluded from the job: why (NodeExcluded, or a refused join).
   std::optional<rdzv::Exclusion> excluded_;
+  // Excluded by the failure that also ended the job (NodeExcluded.job_ends):
+  // the node ends as the job does, and --on-node-excluded still runs.
+  std::optional<rdzv::Exclusion> excluded_as_job_ends_;
   // Progress of this round's workers, and what of it was reported.
   NodeProgress progress_;
   int64_t reported_step_ = -1;

@@ -288,7 +288,7 @@ absl::Status RendezvousState::ReportFailure(const NodeKey& key, absl::string_vie
   AddEvent(job, JobEvent::WORKER_FAILED, key.node_id, verdict.outcome, now, effects);
   const std::string host = job.nodes.at(key.node_id).info.host();
   if (verdict.exclusion) {
-    ExcludeHost(job, host, key.node_id, *verdict.exclusion, now, effects);
+    ExcludeHost(job, host, key.node_id, *verdict.exclusion, now, effects, !verdict.restart);
     TakeOutOfRound(job, host);
   }
   if (verdict.restart) {

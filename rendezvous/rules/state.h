@@ -179,8 +179,8 @@ class RendezvousState {
   // version; kPermissionDenied a join for a live node without its secret;
   // kResourceExhausted the join would open more than max_jobs jobs.
   // A refused join changes nothing, but for one whose health check failed
-  // (JoinRequest.health_fault, kFailedPrecondition): its host is excluded
-  // from the job (see RefuseUnhealthy).
+  // (JoinRequest.health_fault, kFailedPrecondition): its host may be
+  // excluded from the job (see RefuseUnhealthy).
   absl::Status Join(const JoinRequest& request, absl::string_view peer_addr,
                     absl::string_view new_secret, absl::Time now, Effects* effects);
 
@@ -419,8 +419,11 @@ class RendezvousState {
   // RecordJoin: the node's record, its join counted. Then the node takes a
   // seat in the open round or waits, or a running round makes room for it.
   absl::Status CheckJoin(const JoinRequest& request);
-  // A join whose health check failed (JoinRequest.health_fault): its host
-  // is excluded from the job, if there is one, and the join refused.
+  // A join whose health check failed (JoinRequest.health_fault): the join
+  // is refused, and its host excluded from the job if there is one and no
+  // node of it is on that host. The join carries no node secret, so it may
+  // not speak against a host the job seated: a node there leaves with
+  // LeaveRequest.exclude when its own check fails.
   absl::Status RefuseUnhealthy(const JoinRequest& request, absl::Time now, Effects* effects);
   Job& JobToJoin(const JoinRequest& request, absl::Time now, Effects* effects);
   void RecordJoin(Job& job, const NodeInfo& info, absl::string_view peer_addr,
@@ -469,11 +472,13 @@ class RendezvousState {
   static std::optional<std::string> CountNodeFailure(Job& job, const std::string& node_id,
                                                      const std::string& detail);
   // Keeps `host` out of the job (`node_id`: the node that showed it, `cause`
-  // why): records it and tells every node of it NodeExcluded. The caller
-  // then takes them out: TakeOutOfRound before it opens the next round or
-  // closes the job (a failure's exclusion), and RemoveExcludedNodes.
+  // why): records it and tells every node of it NodeExcluded (`job_ends`:
+  // the same failure closes the job, so the nodes end as it does). The
+  // caller then takes them out: TakeOutOfRound before it opens the next
+  // round or closes the job (a failure's exclusion), and RemoveExcludedNodes.
   void ExcludeHost(Job& job, const std::string& host, const std::string& node_id,
-                   const std::string& cause, absl::Time now, Effects* effects);
+                   const std::string& cause, absl::Time now, Effects* effects,
+                   bool job_ends = false);
   static void TakeOutOfRound(Job& job, const std::string& host);
   // The pre-flight of a round that seated newcomers beside nodes of the
   // round before failed: the newcomers' hosts are excluded (they are what

@@ -149,7 +149,8 @@ const Exclusion* RendezvousState::FindExclusion(const Job& job, absl::string_vie
 }
 
 void RendezvousState::ExcludeHost(Job& job, const std::string& host, const std::string& node_id,
-                                  const std::string& cause, absl::Time now, Effects* effects) {
+                                  const std::string& cause, absl::Time now, Effects* effects,
+                                  bool job_ends) {
   Exclusion& exclusion = job.excluded.emplace_back();
   exclusion.set_host(host);
   exclusion.set_node_id(node_id);
@@ -162,6 +163,7 @@ void RendezvousState::ExcludeHost(Job& job, const std::string& host, const std::
   job.no_progress_restarts = 0;
   WatchEvent event;
   *event.mutable_node_excluded()->mutable_exclusion() = job.excluded.back();
+  event.mutable_node_excluded()->set_job_ends(job_ends);
   for (const auto& [id, node] : job.nodes) {
     if (node.info.host() == host) effects->pushed.emplace_back(NodeKey{job.id, id}, event);
   }
@@ -183,7 +185,9 @@ absl::Status RendezvousState::RefuseUnhealthy(const JoinRequest& request, absl::
       absl::StrCat("its GPUs failed their health check before it was seated: ",
                    ForLog(request.health_fault(), kMaxReasonBytes));
   Job* job = FindJob(request.job_id());
-  if (job != nullptr && job->phase != Phase::kClosed) {
+  const auto on_host = [&](const auto& node) { return node.second.info.host() == host; };
+  if (job != nullptr && job->phase != Phase::kClosed &&
+      std::none_of(job->nodes.begin(), job->nodes.end(), on_host)) {
     ExcludeHost(*job, host, request.node().node_id(), cause, now, effects);
     RemoveExcludedNodes(*job, host, now, effects);
   }

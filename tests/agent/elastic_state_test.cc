@@ -1235,11 +1235,12 @@ TEST_F(ProgressTest, ASuccessSaysTheLastStepThisNodeReached) {
 
 // ---- Bad nodes ----
 
-RdzvEvent Excluded() {
+RdzvEvent Excluded(bool job_ends = false) {
   rdzv::WatchEvent event;
   rdzv::Exclusion* exclusion = event.mutable_node_excluded()->mutable_exclusion();
   exclusion->set_host("node-a");
   exclusion->set_cause("its workers were the root cause of 3 failures of the job in a row");
+  event.mutable_node_excluded()->set_job_ends(job_ends);
   return rdzv_event::Pushed{1, event};
 }
 
@@ -1276,6 +1277,20 @@ TEST_F(ElasticStateTest, AnExclusionWhileStoppingWinsOverTheJobsClose) {
   Actions exited = state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
   ASSERT_THAT(Names(exited), ElementsAre("Exit 69"));
   EXPECT_THAT(Find<action::Exit>(exited).report, HasSubstr("train.py")) << "its own failure";
+}
+
+TEST_F(ElasticStateTest, AnExclusionByTheFailureThatEndsTheJobEndsTheNodeAsTheJobEnds) {
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  Actions excluded = state_.OnRdzv(Excluded(/*job_ends=*/true), At(120));
+  EXPECT_THAT(Names(excluded), IsEmpty()) << "the JobClosed that follows decides";
+  EXPECT_THAT(Logs(excluded), Contains(AllOf(HasSubstr("excluded this node's host node-a"),
+                                             HasSubstr("the same failure ends the job"))));
+  Actions closed = state_.OnRdzv(JobClosed(false, "no restarts left"), At(121));
+  ASSERT_THAT(Names(closed), ElementsAre("Exit 1")) << "as every other node of the job";
+  const action::Exit& exit = Find<action::Exit>(closed);
+  ASSERT_TRUE(exit.excluded) << "--on-node-excluded still runs";
+  EXPECT_EQ(exit.excluded->host(), "node-a");
 }
 
 TEST_F(ElasticStateTest, AnExcludedNodeThatHostsTheRendezvousStaysUntilTheJobEnds) {

@@ -6,6 +6,7 @@ rdzv-flood (tests/tools), clients of proto/rendezvous.proto of our own."""
 import json
 import os
 import re
+import socket
 import subprocess
 import unittest
 
@@ -70,6 +71,8 @@ class Insider(AttackTest):
         forged = [
             ("Heartbeat", {"jobId": JOB, "nodeId": victim}),
             ("Heartbeat", {"jobId": JOB, "nodeId": victim, "nodeSecret": "00" * 16}),
+            ("Heartbeat", {"jobId": JOB, "nodeId": victim,
+                           "progress": {"round": "0", "step": "999999999"}}),
             ("ReportFailure", {"jobId": JOB, "nodeId": victim, "round": "0",
                                "failure": {"rank": 0, "host": "evil", "exitCode": 1}}),
             ("ReportDone", {"jobId": JOB, "nodeId": victim, "round": "0"}),
@@ -92,6 +95,16 @@ class Insider(AttackTest):
         self.assertEqual(code, "OK", message)
         self.assertEqual((answers[0]["state"], answers[0]["round"], answers[0]["restartCount"]),
                          ("running", "0", 0))
+
+        # A join that says its GPUs failed their check, with the members' host
+        # and a 100 kB fault: refused, and the members' host is not excluded.
+        sick = dict(forged[-1][1], healthFault="x" * 100_000)
+        sick["node"] = dict(sick["node"], nodeId="evil-sick", host=socket.gethostname())
+        code, message, answers = self.call(port, "Join", sick, *with_token)
+        self.assertEqual(code, "FAILED_PRECONDITION", message)
+        self.assertLess(len(message), 1_000)
+        code, message, answers = self.call(port, "Status", {"jobId": JOB}, *with_token)
+        self.assertEqual((answers[0]["state"], answers[0].get("excluded", [])), ("running", []))
 
         # The insider waits as a spare for the next round of the fixed-size job ...
         spare_request = dict(forged[-1][1])

@@ -82,7 +82,8 @@ class BadNodes(TrustTest, Scraping):
     def logs(self):
         return "\n".join(f"--- {name}\n{self.read(name + '.err')}" for name in self.names)
 
-    def start_on(self, host, name=None, *extra, bad="nodeA", nnodes="2", **extra_env):
+    def start_on(self, host, name=None, *extra, bad="nodeA", nnodes="2", restarts="5",
+                 **extra_env):
         """An agent on host `host` (its own UTS namespace) whose workers fail on host `bad`."""
         name = name or host
         self.names.append(name)
@@ -90,7 +91,7 @@ class BadNodes(TrustTest, Scraping):
             "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host,
             MUSTER, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{self.port}",
             "--rdzv-id", self.JOB, "--nnodes", nnodes, "--nproc-per-node", "1",
-            "--max-restarts", "5", "--max-node-failures", "2",
+            "--max-restarts", restarts, "--max-node-failures", "2",
             "--rdzv-conf", "is_host=0,metrics_port=0", *extra,
             PROGRESS, "bad-host", bad, self.work], MUSTER_TOKEN_FILE=self.token, **extra_env)
 
@@ -171,6 +172,22 @@ class BadNodes(TrustTest, Scraping):
         self.assertEqual({(h, r) for h, r, _ in marks(self.work, "done")},
                          {("nodeB", 2), ("nodeC", 2)})
         self.assertEqual(self.status()["restarts"], 2, "restarts spent = failures seen")
+
+    def test_a_bad_node_excluded_by_the_last_restart_ends_as_the_job_does(self):
+        """The failure that excludes nodeA leaves no restart: the job closes,
+        and every agent exits 1 (not 69: the job did not go on without it);
+        --on-node-excluded still runs for the admin."""
+        hook = self.path("excluded.txt")
+        a = self.start_on("nodeA", None, "--on-node-excluded",
+                          f'echo "$MUSTER_EXCLUDED_HOST" > {hook}', restarts="1")
+        b = self.start_on("nodeB", restarts="1")
+        for proc, name in ((a, "nodeA"), (b, "nodeB")):
+            code, err = self.finish(proc, name)
+            self.assertEqual(code, 1, self.logs())
+            self.assertIn("no restarts left (max_restarts 1)", err)
+        self.assertIn("the same failure ends the job", self.read("nodeA.err"))
+        self.assertEqual(read_file(hook).strip(), "nodeA")
+        self.assertRegex(self.read("nodeB.err"), r"hosts? excluded: nodeA")
 
     def test_a_gpu_that_falls_off_the_bus_excludes_its_node_and_the_spare_takes_over(self):
         """Issue 32, "Must work" 2: an Xid 79 on node B's GPU."""

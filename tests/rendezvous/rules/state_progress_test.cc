@@ -245,6 +245,7 @@ TEST_F(ProgressTest, AHostFailingKTimesInARowIsExcludedAndTheSpareTakesItsSeat) 
   Effects excluded = Fail("a", 1, At(300));
   auto pushed = Pushed(excluded);
   ASSERT_THAT(pushed["a"], SizeIs(1));
+  EXPECT_FALSE(pushed["a"][0].node_excluded().job_ends()) << "the job goes on";
   const Exclusion& exclusion = pushed["a"][0].node_excluded().exclusion();
   EXPECT_EQ(exclusion.host(), "host-a");
   EXPECT_EQ(exclusion.node_id(), "a");
@@ -413,6 +414,20 @@ TEST_F(ProgressTest, AJoinWhoseHealthCheckFailedIsRefusedAndItsHostExcluded) {
   EXPECT_EQ(state_.job_count(), 1u);
 }
 
+TEST_F(ProgressTest, AJoinWhoseHealthCheckFailedCannotExcludeAHostTheJobSeated) {
+  Form({{"a"}, {"b"}}, At(0));
+  // Anyone with the job's token may send it: it carries no node's secret.
+  JoinRequest forged = Request(Spec("evil").Host("host-a"));
+  forged.set_health_fault(std::string(100'000, 'x'));
+  Effects effects;
+  absl::Status refused = state_.Join(forged, PeerOf("evil"), SecretOf("evil"), At(100), &effects);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << "the sender is refused";
+  EXPECT_LT(refused.message().size(), 1'000u) << "the fault is cut";
+  EXPECT_TRUE(effects.empty());
+  EXPECT_THAT(JobStatus().excluded(), IsEmpty()) << "host-a has a node in the job";
+  EXPECT_EQ(JobStatus().state(), "running");
+}
+
 TEST_F(ProgressTest, AJobOfOneNodeNeverExcludesIt) {
   config_ = Config(1, 1, /*max_restarts=*/5);
   config_.set_max_node_failures(1);
@@ -429,7 +444,7 @@ TEST_F(ProgressTest, ExclusionWithNoRestartLeftStillTellsTheNodeAndClosesTheJob)
   Effects closed = Fail("a", 0, At(100));
   auto pushed = Pushed(closed);
   ASSERT_THAT(pushed["a"], SizeIs(2));
-  EXPECT_TRUE(pushed["a"][0].has_node_excluded());
+  EXPECT_TRUE(pushed["a"][0].node_excluded().job_ends()) << "a ends as the job does";
   EXPECT_TRUE(pushed["a"][1].has_job_closed());
   const JobClosed event = ClosedEvent(closed, "b");
   ASSERT_THAT(event.excluded(), SizeIs(1));
