@@ -29,6 +29,7 @@
 #include "agent/numa.h"
 #include "agent/nvml.h"
 #include "agent/output.h"
+#include "agent/preload.h"
 #include "agent/progress.h"
 #include "agent/site_command.h"
 #include "agent/worker_env.h"
@@ -168,6 +169,7 @@ class Agent::Impl {
   ~Impl() {
     gpu_watcher_.reset();  // posts nothing after this
     workers_.reset();      // kills and reaps any worker still running
+    preloader_.reset();    // before the loop it is watched on
     client_.reset();       // no callback runs after this
     if (!progress_dir_.empty()) {
       std::error_code ignored;
@@ -184,10 +186,15 @@ class Agent::Impl {
   void Do(const action::Join& join);
   void Do(const action::StartWorkers& start);
   void Do(const action::CheckHealth&);
-  // Starts them now; Do waits first, after a round, for the GPUs to be freed.
+  // Starts them now; Do waits first, after a round, for the GPUs to be
+  // freed, and for --preload's imports.
   void StartNow(const action::StartWorkers& start);
-  // The wait for the last round's GPU memory is over: the pending start goes.
+  // The pending start goes once nothing holds it back any more.
+  void StartWhenReady();
+  // The wait for the last round's GPU memory is over.
   void OnGpuRelease(const GpuRelease& release);
+  // --preload: the interpreter that imports the modules once for every worker.
+  void StartPreloader(const WorkerGroupOptions& group);
   void Do(const action::SignalWorkers& signal);
   void Do(const action::AbandonWorkers&);
   void Do(const action::ReportFailure& report);
@@ -246,6 +253,8 @@ class Agent::Impl {
   absl::Time progress_told_at_ = absl::InfinitePast();
 
   std::unique_ptr<EventLoop> loop_;
+  // --preload; the runner of the workers when it is on. Null: off.
+  std::unique_ptr<Preloader> preloader_;
   std::unique_ptr<WorkerGroup> workers_;
   std::optional<TimerPipe> timer_pipe_;
   FileTimers file_timers_;
@@ -259,7 +268,13 @@ class Agent::Impl {
   // the start that waits for it.
   std::vector<pid_t> last_workers_;
   std::optional<action::StartWorkers> pending_start_;
+  bool awaiting_release_ = false;
 };
+
+// How long the first round waits for --preload's imports before its
+// workers start cold. A cold worker would import as long: this only
+// bounds an interpreter that hangs.
+constexpr absl::Duration kPreloadImportLimit = absl::Seconds(300);
 
 absl::Status Agent::Impl::SetUp() {
   absl::StatusOr<std::unique_ptr<EventLoop>> loop =
@@ -304,7 +319,9 @@ absl::Status Agent::Impl::SetUp() {
   if (FindEnv(group.base_env, kEnableFileTimerEnv) == "1") {
     MUSTER_RETURN_IF_ERROR(StartFileTimer(group.base_env));
   }
-  workers_ = std::make_unique<WorkerGroup>(std::move(group), *runner_, *loop_, clock_);
+  if (!config_.preload.empty()) StartPreloader(group);
+  ProcessRunner& worker_runner = preloader_ ? *preloader_ : *runner_;
+  workers_ = std::make_unique<WorkerGroup>(std::move(group), worker_runner, *loop_, clock_);
   if (config_.gpu_check_interval.count() > 0) {
     GpuWatcherOptions gpu;
     gpu.library = FindEnv(options_.base_env, kNvmlLibraryEnv).value_or(kNvmlLibrary);
@@ -318,6 +335,30 @@ absl::Status Agent::Impl::SetUp() {
     });
   }
   return absl::OkStatus();
+}
+
+void Agent::Impl::StartPreloader(const WorkerGroupOptions& group) {
+  const std::string modules = absl::StrJoin(config_.preload, ",");
+  if (config_.no_python) {
+    logger_->warn("--preload {}: not used, as --no-python workers are not Python", modules);
+    return;
+  }
+  const std::vector<std::string> command = WorkerCommand(config_, options_.program, 0);
+  PreloadOptions preload;
+  preload.interpreter = {command[0], command[1]};  // python -u
+  preload.module = config_.module;
+  preload.target = command[config_.module ? 3 : 2];
+  preload.modules = config_.preload;
+  preload.env = PreloadEnvironment(group.base_env, options_.nproc);
+  preload.dir = run_dir_;
+  absl::StatusOr<std::unique_ptr<Preloader>> started =
+      Preloader::Start(std::move(preload), *runner_, *loop_, [this] { StartWhenReady(); });
+  if (!started.ok()) {
+    logger_->warn("--preload {}: cannot start the interpreter ({}); workers start cold", modules,
+                  started.status().message());
+    return;
+  }
+  preloader_ = *std::move(started);
 }
 
 void Agent::Impl::OnGpuCheck(GpuCheckOutput out) {
@@ -355,12 +396,21 @@ absl::StatusOr<int> Agent::Impl::Run() {
   EventLoop::Handlers handlers;
   handlers.on_signal = [this](int sig) { OnSignal(sig); };
   handlers.on_timer = [this] {
+    if (preloader_ && preloader_->state() == Preloader::State::kImporting && pending_start_ &&
+        absl::Now() - preloader_->started() >= kPreloadImportLimit) {
+      preloader_->Break(
+          absl::StrCat("was still importing after ", absl::FormatDuration(kPreloadImportLimit)));
+    }
     Do(state_.OnTimer(clock_.Now()));
     if (!state_.done()) ExpireFileTimers(clock_.Now());
   };
   handlers.next_deadline = [this] { return NextDeadline(); };
   handlers.done = [this] { return state_.done(); };
   absl::Status looped = loop_->Run(handlers);
+  if (preloader_) {
+    logger_->info("--preload: {} worker(s) forked from the preloaded interpreter, {} started cold",
+                  preloader_->forked(), preloader_->cold_started());
+  }
   if (!looped.ok()) {
     logger_->critical("{}", looped.message());
     return kExitWorkersFailed;
@@ -396,6 +446,7 @@ void Agent::Impl::ReapChildren() {
     }
     runner_->Reap(exit->pid);
     file_timers_.Forget(exit->pid);
+    if (worker == nullptr && preloader_ && preloader_->OnExit(exit->pid, exit->status)) continue;
     // Any other pid was an orphaned grandchild, or a worker given up on:
     // reaping it is all there is to do.
     if (worker == nullptr) {
@@ -534,6 +585,12 @@ std::optional<absl::Time> Agent::Impl::NextDeadline() const {
   if (std::optional<absl::Time> timer = file_timers_.NextExpiry()) {
     if (!next || *timer < *next) next = timer;
   }
+  if (preloader_ && preloader_->state() == Preloader::State::kImporting && pending_start_) {
+    // The loop's clock: the limit is counted on the real one.
+    const absl::Time limit =
+        clock_.Now() + (preloader_->started() + kPreloadImportLimit - absl::Now());
+    if (!next || limit < *next) next = limit;
+  }
   return next;
 }
 
@@ -640,17 +697,27 @@ void Agent::Impl::Do(const action::CheckHealth&) {
 }
 
 void Agent::Impl::Do(const action::StartWorkers& start) {
+  pending_start_ = start;
   if (gpu_watcher_ && !last_workers_.empty() && config_.gpu_release_wait.count() > 0) {
-    pending_start_ = start;
+    awaiting_release_ = true;
     gpu_watcher_->AwaitRelease(std::exchange(last_workers_, {}),
                                absl::FromChrono(config_.gpu_release_wait));
-    return;
   }
+  StartWhenReady();
+}
+
+void Agent::Impl::StartWhenReady() {
+  if (!pending_start_ || state_.done() || awaiting_release_) return;
+  // Its imports end, or fail, soon: the preloader says so (on_change).
+  if (preloader_ && preloader_->state() == Preloader::State::kImporting) return;
+  action::StartWorkers start = *std::move(pending_start_);
+  pending_start_.reset();
   StartNow(start);
 }
 
 void Agent::Impl::OnGpuRelease(const GpuRelease& release) {
   if (!pending_start_ || state_.done()) return;
+  awaiting_release_ = false;
   if (!release.holders.empty()) {
     std::vector<std::string> held;
     for (const GpuHolder& holder : release.holders) {
@@ -664,9 +731,7 @@ void Agent::Impl::OnGpuRelease(const GpuRelease& release) {
     logger_->info("waited {:.1f} s for the last round's processes to free this node's GPUs",
                   absl::ToDoubleSeconds(release.waited));
   }
-  action::StartWorkers start = *std::move(pending_start_);
-  pending_start_.reset();
-  StartNow(start);
+  StartWhenReady();
 }
 
 void Agent::Impl::StartNow(const action::StartWorkers& start) {

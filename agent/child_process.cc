@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -23,14 +24,6 @@
 
 namespace muster {
 namespace {
-
-absl::Status MakePipe(UniqueFd* read_end, UniqueFd* write_end) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
-  read_end->reset(fds[0]);
-  write_end->reset(fds[1]);
-  return absl::OkStatus();
-}
 
 void FreeCpuSet(cpu_set_t* set) { CPU_FREE(set); }
 
@@ -120,6 +113,14 @@ __attribute__((no_sanitize("address", "thread"))) int ExecChild(void* raw) {
 constexpr size_t kChildStackSize = 64 * 1024;
 
 }  // namespace
+
+absl::Status MakePipe(UniqueFd* read_end, UniqueFd* write_end) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
+  read_end->reset(fds[0]);
+  write_end->reset(fds[1]);
+  return absl::OkStatus();
+}
 
 ExitStatus DecodeWaitStatus(int wait_status) {
   ExitStatus status;
@@ -232,9 +233,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
   out_write.reset();
   err_write.reset();
   report_write.reset();
-  for (UniqueFd* fd : {&child->stdout_, &child->stderr_}) {
-    if (fd->valid()) fcntl(fd->get(), F_SETFL, fcntl(fd->get(), F_GETFL) | O_NONBLOCK);
-  }
+  child->MakeNonBlocking();
 
   // The report pipe closes on a successful exec; otherwise it carries errno.
   int exec_errno = 0;
@@ -252,6 +251,21 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
         absl::StrCat("cannot run ", options.path.empty() ? options.argv[0] : options.path));
   }
   return child;
+}
+
+std::unique_ptr<ChildProcess> ChildProcess::Adopt(pid_t pid, UniqueFd out, UniqueFd err) {
+  std::unique_ptr<ChildProcess> child(new ChildProcess());
+  child->pid_ = pid;
+  child->stdout_ = std::move(out);
+  child->stderr_ = std::move(err);
+  child->MakeNonBlocking();
+  return child;
+}
+
+void ChildProcess::MakeNonBlocking() {
+  for (UniqueFd* fd : {&stdout_, &stderr_}) {
+    if (fd->valid()) fcntl(fd->get(), F_SETFL, fcntl(fd->get(), F_GETFL) | O_NONBLOCK);
+  }
 }
 
 ChildProcess::~ChildProcess() {

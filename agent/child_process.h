@@ -24,6 +24,9 @@ ExitStatus DecodeWaitStatus(int wait_status);
 // directories of `path_env` (a PATH value). Errors name the file and say why.
 absl::StatusOr<std::string> ResolveExecutable(const std::string& name, const std::string& path_env);
 
+// A pipe, both ends close-on-exec.
+absl::Status MakePipe(UniqueFd* read_end, UniqueFd* write_end);
+
 class ChildProcess final : public Process {
  public:
   // Starts the child (clone with CLONE_VM|CLONE_VFORK, then exec). Call from
@@ -32,6 +35,10 @@ class ChildProcess final : public Process {
   // caller blocks the signals it handles; the child unblocks them all.
   // Errors: the exec's errno, e.g. kPermissionDenied for a file that is not executable.
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const SpawnOptions& options);
+  // A child started another way (forked from a preloaded interpreter and
+  // reparented to this process): the leader of its own group, its output
+  // on the read ends `out` and `err`.
+  static std::unique_ptr<ChildProcess> Adopt(pid_t pid, UniqueFd out, UniqueFd err);
 
   // A child still running is killed (its whole group) and reaped.
   ~ChildProcess() override;
@@ -54,6 +61,7 @@ class ChildProcess final : public Process {
 
  private:
   ChildProcess() = default;
+  void MakeNonBlocking();
   pid_t pid_ = -1;
   bool exited_ = false;
   bool abandoned_ = false;

@@ -117,8 +117,11 @@ struct LaunchConfig {
   std::string role = "default";
   bool module = false;     // -m
   bool no_python = false;  // --no-python
-  bool run_path = false;   // accepted
-  std::string log_dir;     // "" = a fresh temporary directory
+  // --preload: the modules an interpreter imports once per node, every
+  // worker forked from it (agent/preload.h); empty: every worker starts cold.
+  std::vector<std::string> preload;
+  bool run_path = false;  // accepted
+  std::string log_dir;    // "" = a fresh temporary directory
   RedirectSpec redirects;
   RedirectSpec tee;
   std::optional<std::set<int>> local_ranks_filter;  // unset = every rank

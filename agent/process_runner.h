@@ -34,6 +34,9 @@ struct SpawnOptions {
   // agent's.
   std::vector<int> cpus{};  // {}: left out of a braced SpawnOptions without a warning
   std::vector<int> memory_nodes{};
+  // The user's Python script (argv: the interpreter, its flags, the script
+  // or -m module): a preloaded interpreter may fork it (agent/preload.h).
+  bool python_script = false;
 };
 
 // A started worker: the leader of its own process group.

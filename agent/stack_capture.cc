@@ -342,14 +342,17 @@ main()
 )py";
 }
 
-absl::Status WritePythonStacksScript(const std::string& path) {
+absl::Status WriteScript(const std::string& path, absl::string_view text) {
   UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd.valid()) return ErrnoToStatus(errno, "cannot write " + path);
-  const std::string text = PythonStacksScript();
   if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
     return ErrnoToStatus(errno, "cannot write " + path);
   }
   return absl::OkStatus();
+}
+
+absl::Status WritePythonStacksScript(const std::string& path) {
+  return WriteScript(path, PythonStacksScript());
 }
 
 std::vector<StackTool> StackToolsFor(pid_t pid, const std::string& python_script) {

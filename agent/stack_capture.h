@@ -52,6 +52,8 @@ std::vector<absl::string_view> ProcStatFields(std::string&& stat) = delete;  // 
 const char* PythonStacksScript();
 // Writes PythonStacksScript() to `path` (mode 0600).
 absl::Status WritePythonStacksScript(const std::string& path);
+// Writes `text`, a script a tool runs, to `path` (mode 0600).
+absl::Status WriteScript(const std::string& path, absl::string_view text);
 
 // The tools muster uses on `pid`: eu-stack, then for a Python process (its
 // executable is python*) gdb running `python_script` (see above).

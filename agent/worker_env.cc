@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -28,6 +30,23 @@ std::vector<std::string> WorkerCommand(const LaunchConfig& config, const std::st
   }
   return argv;
 }
+
+namespace {
+
+// What every worker of the node gets unless `set` (its keys) has it.
+std::vector<std::pair<std::string, std::string>> NodeDefaults(
+    const std::map<std::string, size_t>& set, int local_world_size) {
+  std::vector<std::pair<std::string, std::string>> defaults;
+  for (const char* key : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
+    if (!set.contains(key)) defaults.emplace_back(key, "1");
+  }
+  if (!set.contains("OMP_NUM_THREADS") && local_world_size > 1) {
+    defaults.emplace_back("OMP_NUM_THREADS", "1");
+  }
+  return defaults;
+}
+
+}  // namespace
 
 std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
                                            const NodePlacement& placement,
@@ -84,11 +103,17 @@ std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
   if (!worker.signals_to_handle.empty()) {
     set("TORCHELASTIC_SIGNALS_TO_HANDLE", worker.signals_to_handle);
   }
-  if (!index.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING"))
-    set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  if (!index.contains("NCCL_ASYNC_ERROR_HANDLING")) set("NCCL_ASYNC_ERROR_HANDLING", "1");
-  if (!index.contains("OMP_NUM_THREADS") && worker.local_world_size > 1) {
-    set("OMP_NUM_THREADS", "1");
+  for (const auto& [key, value] : NodeDefaults(index, worker.local_world_size)) set(key, value);
+  return env;
+}
+
+std::vector<std::string> PreloadEnvironment(const std::vector<std::string>& base,
+                                            int local_world_size) {
+  std::map<std::string, size_t> index;
+  for (const std::string& entry : base) index.try_emplace(entry.substr(0, entry.find('=')), 0);
+  std::vector<std::string> env = base;
+  for (const auto& [key, value] : NodeDefaults(index, local_world_size)) {
+    env.push_back(absl::StrCat(key, "=", value));
   }
   return env;
 }

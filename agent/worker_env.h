@@ -49,6 +49,12 @@ std::vector<std::string> WorkerCommand(const LaunchConfig& config, const std::st
 // `base` (KEY=VALUE entries, the agent's environment) with torchrun's worker
 // variables set on top (TORCHRUN.md, "Environment of each worker").
 // OMP_NUM_THREADS=1 is added when unset and local_world_size > 1.
+// The environment of --preload's interpreter: `base` with what
+// WorkerEnvironment adds for every worker of the node alike (OMP_NUM_THREADS
+// among them: libraries read it as they load), none of a rank's own.
+std::vector<std::string> PreloadEnvironment(const std::vector<std::string>& base,
+                                            int local_world_size);
+
 std::vector<std::string> WorkerEnvironment(const std::vector<std::string>& base,
                                            const NodePlacement& placement,
                                            const WorkerIdentity& worker);

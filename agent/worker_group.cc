@@ -108,6 +108,7 @@ SpawnOptions WorkerGroup::SpawnFor(const NodePlacement& placement, const Worker&
   spawn.argv = instead != nullptr ? instead->argv
                                   : WorkerCommand(config, options_.program, worker.local_rank);
   spawn.env = WorkerEnvironment(options_.base_env, placement, identity);
+  spawn.python_script = instead == nullptr && !config.no_python;
   if (static_cast<size_t>(worker.local_rank) < options_.numa.size()) {
     spawn.cpus = options_.numa[worker.local_rank].cpus;
     spawn.memory_nodes = options_.numa[worker.local_rank].memory_nodes;

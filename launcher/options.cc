@@ -51,6 +51,7 @@ enum class Key {
   kRunPath,
   kRole,
   kStartMethod,
+  kPreload,
   kMaxRestarts,
   kMonitorInterval,
   kShutdownTimeout,
@@ -170,6 +171,11 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "the workers' role name (ROLE_NAME)", "1.10"},
     {Key::kStartMethod, "--start-method", "--start-method,--start_method", "PET_START_METHOD",
      "spawn|fork|forkserver", "spawn", kRunGroup, "accepted for compatibility", "1.10"},
+    {Key::kPreload, "--preload", "--preload", "MUSTER_PRELOAD", "MODULES", "none", kRunGroup,
+     "import MODULES (comma-separated, e.g. torch) once per node,\n"
+     "in an interpreter every worker is forked from: a restart\n"
+     "pays neither python's start nor the imports; none: off",
+     ""},
     {Key::kMaxRestarts, "--max-restarts", "--max-restarts,--max_restarts", "PET_MAX_RESTARTS", "N",
      "0", kRestartGroup, "worker group restarts allowed after failures", "1.10"},
     {Key::kMonitorInterval, "--monitor-interval", "--monitor-interval,--monitor_interval",
@@ -382,6 +388,29 @@ absl::StatusOr<int> ParseInt(const Given& given, int64_t min, int64_t max, absl:
   if (*value < min) return Invalid(given, absl::StrCat("must be at least ", min), fix);
   if (*value > max) return Invalid(given, absl::StrCat("must be at most ", max), fix);
   return static_cast<int>(*value);
+}
+
+// --preload: module names (a.b.c), comma-separated; "none" or "": none.
+absl::StatusOr<std::vector<std::string>> ParsePreload(const Given& given) {
+  constexpr absl::string_view kFix =
+      "give --preload MODULES, e.g. torch or torch,numpy (none: off)";
+  std::vector<std::string> modules;
+  const absl::string_view value = absl::StripAsciiWhitespace(given.value);
+  if (value.empty() || value == "none") return modules;
+  for (absl::string_view name : absl::StrSplit(value, ',')) {
+    name = absl::StripAsciiWhitespace(name);
+    bool valid = !name.empty();
+    for (absl::string_view part : absl::StrSplit(name, '.')) {
+      valid = valid && !part.empty() && !absl::ascii_isdigit(part.front()) &&
+              std::all_of(part.begin(), part.end(),
+                          [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
+    }
+    if (!valid) {
+      return Invalid(given, absl::StrCat(Shown(name), " is not a module name"), kFix);
+    }
+    modules.emplace_back(name);
+  }
+  return modules;
 }
 
 // Durations beyond this many seconds (about 31 years) are rejected rather than overflowing.
@@ -929,6 +958,11 @@ absl::Status ApplyRestarts(const GivenOptions& given, LaunchConfig& config) {
         *failures, 0, 1'000'000, "give --max-node-failures K, 0 to 1000000 (0: never exclude)");
     if (!count.ok()) return count.status();
     config.max_node_failures = *count;
+  }
+  if (const Given* preload = given.Get(Key::kPreload)) {
+    absl::StatusOr<std::vector<std::string>> modules = ParsePreload(*preload);
+    if (!modules.ok()) return modules.status();
+    config.preload = *std::move(modules);
   }
   if (const Given* command = given.Get(Key::kOnNodeExcluded)) {
     if (absl::StripAsciiWhitespace(command->value).empty()) {

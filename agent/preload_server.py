@@ -1,0 +1,253 @@
+# The preloaded interpreter of --preload (agent/preload.h): started once per
+# node by the agent, with the interpreter and flags its workers use, it
+# imports the named modules and then only forks. Each fork becomes one
+# worker, made what a cold `python -u script.py args` would make, and runs
+# the user's script in this process's place. Nothing here may start a
+# thread or touch a GPU: a fork copies only the thread that calls it.
+#
+# argv: this file, the socket's fd, the script (or -m and a module), then
+# the modules to import. The agent sends requests on the socket (a stream):
+# an 8-byte length with three fds (the worker's stdout, stderr, report), then
+# NUL-separated fields: argc, argv..., envc, env..., the CPUs ("0,1" or ""),
+# the memory nodes. The report pipe gets the worker's pid from the middle
+# process of a double fork, then EOF when the worker is set up; or "error: ".
+import os
+import signal
+import socket
+import struct
+import sys
+
+AGENT = os.getppid()
+LIBC = None
+# A cold start's __main__ has __annotations__ on some Pythons, not others.
+MAIN_HAS_ANNOTATIONS = "__annotations__" in globals()
+
+
+def libc():
+    global LIBC
+    if LIBC is None:
+        import ctypes
+        LIBC = ctypes.CDLL(None, use_errno=True)
+    return LIBC
+
+
+def main_path_entry(script, module):
+    """sys.path[0] as a cold start computes it."""
+    if module:
+        return os.getcwd()
+    return os.path.dirname(os.path.realpath(script))
+
+
+def thread_count():
+    return len(os.listdir("/proc/self/task"))
+
+
+def unusable():
+    """Why forking this interpreter would not give what a cold start gives; "" if nothing."""
+    threads = thread_count()
+    if threads != 1:
+        return f"it runs {threads} threads (an imported module started them)"
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
+        return "it made a CUDA context (an imported module initialised CUDA)"
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/dev/nvidia"):
+            return f"it holds {target} open (an imported module opened the GPU)"
+    return ""
+
+
+def recv_request(sock):
+    """(fields, fds), or None at EOF (the agent is gone)."""
+    header, fds, got = b"", [], False
+    while len(header) < 8:
+        data, ancillary, _, _ = sock.recvmsg(8 - len(header), socket.CMSG_SPACE(3 * 4))
+        if not data:
+            return None
+        header += data
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += list(struct.unpack(f"{len(payload) // 4}i", payload[:len(payload) // 4 * 4]))
+                got = True
+    (size,) = struct.unpack("<Q", header)
+    body = bytearray()
+    while len(body) < size:
+        chunk = sock.recv(min(size - len(body), 1 << 20))
+        if not chunk:
+            return None
+        body += chunk
+    if not got or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError("a request came without its three fds")
+    return bytes(body).split(b"\0"), fds
+
+
+def parse(fields):
+    argc = int(fields[0])
+    argv = [os.fsdecode(a) for a in fields[1:1 + argc]]
+    rest = fields[1 + argc:]
+    envc = int(rest[0])
+    env = rest[1:1 + envc]
+    cpus, nodes = rest[1 + envc:3 + envc]
+    as_ints = lambda text: [int(x) for x in text.split(b",") if x]
+    return argv, env, as_ints(cpus), as_ints(nodes)
+
+
+def serve(sock):
+    """Forks a worker per request; returns in the worker, with what it runs."""
+    while True:
+        got = recv_request(sock)
+        if got is None:
+            os._exit(0)
+        fields, (out_fd, err_fd, report_fd) = got
+        why = unusable()
+        if why:
+            os.write(report_fd, f"error: {why}".encode())
+            for fd in (out_fd, err_fd, report_fd):
+                os.close(fd)
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        middle = os.fork()
+        if middle == 0:
+            worker = os.fork()
+            if worker != 0:
+                # The worker is reparented to the agent (a child subreaper)
+                # as this process ends: the agent is its parent, as for a
+                # cold start, and reaps it.
+                os.write(report_fd, f"{worker}\n".encode())
+                os._exit(0)
+            sock.close()
+            return fields, out_fd, err_fd, report_fd
+        for fd in (out_fd, err_fd, report_fd):
+            os.close(fd)
+        os.waitpid(middle, 0)
+
+
+def become_worker(fields, out_fd, err_fd, report_fd):
+    """Makes this process what a cold start of the worker would be; returns
+    the worker's argv (the interpreter's, flags and all)."""
+    os.setpgid(0, 0)
+    import time
+    deadline = time.monotonic() + 2  # for the middle process to end
+    while os.getppid() != AGENT and time.monotonic() < deadline:
+        time.sleep(0.0001)
+    c = libc()
+    c.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, now that the agent is the parent
+    if os.getppid() != AGENT:
+        os.write(report_fd, b"error: the agent is not the worker's parent")
+        os._exit(127)
+    c.prctl(0x59616D61, AGENT)  # PR_SET_PTRACER: the agent's stack tools may attach
+    argv, env, cpus, nodes = parse(fields)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    for fd in (out_fd, err_fd):
+        if fd > 2:
+            os.close(fd)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    if nodes:
+        import ctypes
+        bits = 8 * ctypes.sizeof(ctypes.c_ulong)
+        mask = (ctypes.c_ulong * (max(nodes) // bits + 1))()
+        for node in nodes:
+            mask[node // bits] |= 1 << (node % bits)
+        # MPOL_PREFERRED_MANY (5); kernels before 5.15: MPOL_PREFERRED (1), the first node.
+        if c.syscall(238, 5, mask, len(mask) * bits + 1) != 0:
+            first = (ctypes.c_ulong * 1)(1 << nodes[0]) if nodes[0] < bits else None
+            if first is not None:
+                c.syscall(238, 1, first, bits + 1)
+    os.environb.clear()
+    for entry in env:
+        key, _, value = entry.partition(b"=")
+        if key:
+            os.environb[key] = value
+    # A fresh random state, as after exec (random reseeds itself at fork).
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and hasattr(numpy, "random"):
+        numpy.random.seed()
+    os.close(report_fd)
+    if hasattr(sys, "orig_argv"):
+        sys.orig_argv = argv
+    return argv
+
+
+def run_script(argv):
+    at = 1  # past the interpreter's flags
+    while argv[at].startswith("-"):
+        at += 1
+    sys.argv = argv[at:]
+    script = sys.argv[0]
+    path = os.path.abspath(script)
+    sys.path[0] = main_path_entry(script, False)
+    try:
+        with open(path, "rb") as source:
+            code = compile(source.read(), path, "exec", dont_inherit=True)
+    except OSError as error:
+        sys.stderr.write(f"{argv[0]}: can't open file {path!r}: "
+                         f"[Errno {error.errno}] {error.strerror}\n")
+        sys.exit(2)
+    import builtins
+    import importlib.machinery
+    import types
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__cached__ = None
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    main.__spec__ = None
+    main.__package__ = None
+    main.__builtins__ = builtins
+    if MAIN_HAS_ANNOTATIONS:
+        main.__annotations__ = {}
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException:
+        kind, value, tb = sys.exc_info()
+        # Without this file's frame: the traceback a cold start prints.
+        value.__traceback__ = tb.tb_next
+        sys.excepthook(kind, value, tb.tb_next)
+        sys.exit(1)
+
+
+def run_module(argv):
+    import runpy
+    sys.argv = argv[argv.index("-m") + 1:]  # runpy makes [0] the module's file
+    sys.path[0] = main_path_entry(None, True)
+    runpy._run_module_as_main(sys.argv[0], alter_argv=True)
+
+
+def main():
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    module = sys.argv[2] == "-m"
+    target = sys.argv[3] if module else sys.argv[2]
+    modules = sys.argv[4:] if module else sys.argv[3:]
+    # Imported from where the worker's own imports would look first.
+    sys.path[0] = main_path_entry(target, module)
+    for name in modules:
+        try:
+            __import__(name)
+        except BaseException as error:  # SystemExit and KeyboardInterrupt too
+            sock.sendall(f"error: import {name} failed: {type(error).__name__}: {error}\n"
+                         .encode(errors="replace"))
+            os._exit(1)
+    why = unusable()
+    if why:
+        sock.sendall(f"error: {why}\n".encode())
+        os._exit(1)
+    sock.sendall(f"ready {os.getpid()}\n".encode())
+    argv = become_worker(*serve(sock))
+    if module:
+        run_module(argv)
+    else:
+        run_script(argv)
+
+
+main()
