@@ -83,6 +83,21 @@ TEST(WorkerEnvironmentTest, OneWorkerGetsNoOmpSetting) {
   EXPECT_FALSE(env.contains("OMP_NUM_THREADS"));
 }
 
+// --preload's interpreter imports with what every worker of the node gets
+// alike (libgomp reads OMP_NUM_THREADS as it loads), and no rank's own.
+TEST(WorkerEnvironmentTest, ThePreloadedInterpreterGetsTheNodesSettingsOnly) {
+  auto env = AsMap(PreloadEnvironment({"PATH=/bin", "NCCL_ASYNC_ERROR_HANDLING=0"}, 2));
+  EXPECT_EQ(env["PATH"], "/bin");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+  EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
+  EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "0") << "the user's setting stays";
+  EXPECT_FALSE(env.contains("RANK"));
+  EXPECT_FALSE(env.contains("LOCAL_RANK"));
+  EXPECT_FALSE(AsMap(PreloadEnvironment({"OMP_NUM_THREADS=4"}, 2)).contains("RANK"));
+  EXPECT_EQ(AsMap(PreloadEnvironment({"OMP_NUM_THREADS=4"}, 2))["OMP_NUM_THREADS"], "4");
+  EXPECT_FALSE(AsMap(PreloadEnvironment({}, 1)).contains("OMP_NUM_THREADS"));
+}
+
 TEST(WorkerEnvironmentTest, EachVariableOnce) {
   std::vector<std::string> env = WorkerEnvironment({"RANK=1", "RANK=2"}, TwoNodes(), Worker(0, 2));
   EXPECT_EQ(env.size(), AsMap(env).size());

@@ -38,13 +38,15 @@ class Torch26(torch2.WithBundle, TempDirTest):
     def setUp(self):
         super().setUp()
         for script in (DDP_TRAIN, os.path.join(WORKERS, "file_timer.py"),
-                       os.path.join(HERE, "torchrun26.py")):
+                       os.path.join(WORKERS, "probe.py"), os.path.join(HERE, "torchrun26.py")):
             shutil.copy(script, self.tmp)
 
     def launch(self, launcher, *args, **extra_env):
         """muster (the bundle's) or torchrun 2.6 in the root; CompletedProcess."""
         if launcher == "muster":
             command = ["/opt/muster/bin/muster", *args]
+        elif launcher == "muster-preload":  # issue 33
+            command = ["/opt/muster/bin/muster", "--preload", "torch", *args]
         else:
             command = ["/usr/bin/python3", self.path("torchrun26.py"), *args]
         return torch2.run_in_root(command, self.bundle, self.tmp, torch2.root_env(**extra_env),
@@ -52,7 +54,7 @@ class Torch26(torch2.WithBundle, TempDirTest):
 
     def test_ddp_parameters_equal_torchruns(self):
         params = {}
-        for launcher in ("muster", "torchrun"):
+        for launcher in ("muster", "muster-preload", "torchrun"):
             for crash in (False, True):
                 out = self.path(f"{launcher}.{crash}.json")
                 extra = ["--crash-rank", "1", "--crash-marker",
@@ -72,6 +74,33 @@ class Torch26(torch2.WithBundle, TempDirTest):
                 params[launcher, crash] = record["params"]
         self.assertEqual(params["muster", False], params["torchrun", False])
         self.assertEqual(params["muster", True], params["torchrun", True])
+        self.assertEqual(params["muster-preload", False], params["torchrun", False])
+        self.assertEqual(params["muster-preload", True], params["torchrun", True])
+
+    def test_a_preloaded_worker_is_what_a_cold_start_makes_on_python_313(self):
+        probes = {}
+        for launcher in ("muster", "muster-preload"):
+            out = self.path(launcher)
+            os.mkdir(out)
+            result = self.launch(launcher, "--standalone", "--nproc-per-node", "2",
+                                 self.path("probe.py"), out)
+            self.assertEqual(result.returncode, 0, f"{launcher}: {result.stderr}")
+            for rank in range(2):
+                with open(os.path.join(out, f"probe.{rank}.0.json")) as f:
+                    probes[launcher, rank] = json.loads(f.read().replace(out, "OUT"))
+            if launcher == "muster-preload":
+                self.assertIn("2 worker(s) forked from the preloaded interpreter, 0 started cold",
+                              result.stderr)
+        for rank in range(2):
+            cold, warm = probes["muster", rank], probes["muster-preload", rank]
+            for key in sorted(set(cold) | set(warm)):
+                with self.subTest(rank=rank, key=key):
+                    if key == "env":
+                        for var in set(cold["env"]) | set(warm["env"]):
+                            if var not in PER_RUN | {"MUSTER_PROGRESS_FILE"}:
+                                self.assertEqual(cold["env"].get(var), warm["env"].get(var), var)
+                    elif key not in ("random", "ppid"):
+                        self.assertEqual(cold[key], warm[key])
 
     def environments(self, launcher):
         d = self.path(launcher)

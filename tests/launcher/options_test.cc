@@ -804,6 +804,19 @@ TEST(ParseCommandLineTest, RulesOfProgressAndBadNodes) {
   EXPECT_THAT(Error({"--on-node-excluded", " ", "t.py"}), HasSubstr("an empty command"));
 }
 
+TEST(ParseCommandLineTest, PreloadTakesModuleNames) {
+  EXPECT_THAT(Config({"t.py"}).preload, IsEmpty()) << "off unless asked";
+  EXPECT_THAT(Config({"--preload", "torch", "t.py"}).preload, ElementsAre("torch"));
+  EXPECT_THAT(Config({"--preload= torch , numpy.linalg,_x1", "t.py"}).preload,
+              ElementsAre("torch", "numpy.linalg", "_x1"));
+  EXPECT_THAT(Config({"--preload", "none", "t.py"}).preload, IsEmpty());
+  for (const std::string bad : {"to rch", "torch,,numpy", "1torch", "torch.", ".torch", "os;rm"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(Error({"--preload", bad, "t.py"}),
+                AllOf(HasSubstr("is not a module name"), HasSubstr("give --preload MODULES")));
+  }
+}
+
 TEST(ParseCommandLineTest, GpuReleaseWait) {
   EXPECT_EQ(Config({"t.py"}).gpu_release_wait, std::chrono::milliseconds(50'000));
   EXPECT_EQ(Config({"--gpu-release-wait", "2.5", "t.py"}).gpu_release_wait,
