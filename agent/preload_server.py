@@ -19,6 +19,11 @@ import sys
 
 AGENT = os.getppid()
 LIBC = None
+# What a stop of the whole job sends (Slurm signals every process of the
+# step): the interpreter outlives it, ending with the agent (PDEATHSIG, or
+# its socket closing), and each worker gets back the handler it had.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+SAVED_HANDLERS = {}
 # A cold start's __main__ has __annotations__ on some Pythons, not others.
 MAIN_HAS_ANNOTATIONS = "__annotations__" in globals()
 
@@ -132,6 +137,8 @@ def serve(sock):
 def become_worker(fields, out_fd, err_fd, report_fd):
     """Makes this process what a cold start of the worker would be; returns
     the worker's argv (the interpreter's, flags and all)."""
+    for sig, handler in SAVED_HANDLERS.items():
+        signal.signal(sig, handler)
     os.setpgid(0, 0)
     import time
     deadline = time.monotonic() + 2  # for the middle process to end
@@ -242,6 +249,8 @@ def main():
     if why:
         sock.sendall(f"error: {why}\n".encode())
         os._exit(1)
+    for sig in STOP_SIGNALS:
+        SAVED_HANDLERS[sig] = signal.signal(sig, signal.SIG_IGN)
     sock.sendall(f"ready {os.getpid()}\n".encode())
     argv = become_worker(*serve(sock))
     if module:

@@ -8,7 +8,7 @@ import shutil
 import signal
 import subprocess
 
-from harness import DDP_TRAIN, MUSTER, WORKERS, TempDirTest, env, muster, wait_for
+from harness import DDP_TRAIN, MUSTER, WORKERS, TempDirTest, env, muster, pid_alive, wait_for
 
 PROBE = os.path.join(WORKERS, "probe.py")
 # What differs between any two launches, cold or not.
@@ -156,6 +156,32 @@ class Preload(TempDirTest):
         self.assertIn("the preloaded interpreter ended (killed by signal 9); workers start cold",
                       log)
         self.assertEqual(counts(log), (2, 2), log)
+
+    def test_a_stop_signal_to_every_process_leaves_the_interpreter_serving(self):
+        # As Slurm signals every process of a step: the interpreter ignores
+        # it (it ends with the agent); the workers it forks do not.
+        work = self.path("work")
+        os.makedirs(work)
+        proc = self.start("--standalone", "--nproc-per-node", "1", "--max-restarts", "1",
+                          "--preload", "json", os.path.join(WORKERS, "on_demand.py"), work)
+        ready = re.compile(r"imported in [0-9.]+ s \(pid (\d+)\)")
+        self.assertTrue(wait_for(lambda: ready.search(self.read("muster.err")) and
+                                 os.path.exists(os.path.join(work, "pid.0.0")), 60),
+                        self.read("muster.err"))
+        interpreter = int(ready.search(self.read("muster.err")).group(1))
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+            os.kill(interpreter, sig)
+        open(os.path.join(work, "fail.0.0"), "w").close()
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(work, "pid.1.0")), 60),
+                        self.read("muster.err"))
+        self.assertTrue(pid_alive(interpreter), self.read("muster.err"))
+        with open(os.path.join(work, "pid.1.0")) as f:
+            worker = int(f.read())
+        os.kill(worker, signal.SIGTERM)  # its own handler is the default one: it dies
+        self.assertEqual(proc.wait(timeout=60), 1, self.read("muster.err"))
+        self.assertIn("Signal 15 (SIGTERM)", self.read("muster.err"))
+        self.assertEqual(counts(self.read("muster.err")), (2, 0), self.read("muster.err"))
+        self.assertTrue(wait_for(lambda: not pid_alive(interpreter), 10), "it outlived the agent")
 
     def test_a_module_that_fails_to_import_is_named_and_the_job_runs_cold(self):
         result = muster("--standalone", "--nproc-per-node", "2", "--preload", "json,no_such_mod",
