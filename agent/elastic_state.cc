@@ -231,6 +231,20 @@ Actions ElasticState::OnWorkersStarted(int started, std::optional<WorkerFailure>
                      spawn_failure->error ? spawn_failure->error->message : ""));
     ReportFailureAndStop(failures_.back(), now, &out);
   }
+  // The job moved on while this node joined or its workers were being
+  // started (a wait for the GPUs to be freed, or for --preload's imports):
+  // the change was noted then; it is acted on now.
+  if (round_seen_ > round_) {
+    Log(&out, Level::kInfo,
+        absl::StrCat("round ", round_, " is over already: the job is in round ", round_seen_));
+    if (phase_ == AgentPhase::kRunning) {
+      after_stop_ = AfterStop::kRejoin;
+      StopWorkers(SIGTERM, now, &out);
+    } else if (phase_ == AgentPhase::kStopping && after_stop_ == AfterStop::kAwaitDecision) {
+      after_stop_ = AfterStop::kRejoin;
+      if (live_ == 0) OnAllStopped(now, &out);
+    }
+  }
   return out;
 }
 

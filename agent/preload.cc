@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -70,7 +71,8 @@ std::string RequestBody(const SpawnOptions& options) {
     absl::StrAppend(&body, absl::string_view("\0", 1), entry);
   }
   absl::StrAppend(&body, absl::string_view("\0", 1), absl::StrJoin(options.cpus, ","),
-                  absl::string_view("\0", 1), absl::StrJoin(options.memory_nodes, ","));
+                  absl::string_view("\0", 1), absl::StrJoin(options.memory_nodes, ","),
+                  absl::string_view("\0", 1), SYS_set_mempolicy);
   return body;
 }
 
@@ -83,6 +85,15 @@ Preloader::Preloader(PreloadOptions options, ProcessRunner& cold, EventLoop& loo
 
 Preloader::~Preloader() {
   if (socket_.valid()) loop_.Remove(socket_.get());
+  Kill();
+}
+
+void Preloader::Kill() {
+  if (!interpreter_) return;
+  // Not waited for: an import stuck in the kernel (D state on a network
+  // file system) ends only when its I/O does; the agent's reaper reaps it.
+  interpreter_->SignalGroup(SIGKILL);
+  interpreter_->Abandon();
   interpreter_.reset();
 }
 
@@ -100,6 +111,12 @@ absl::StatusOr<std::unique_ptr<Preloader>> Preloader::Start(PreloadOptions optio
   }
   preloader->socket_.reset(pair[0]);
   UniqueFd theirs(pair[1]);
+  if (theirs.get() <= STDERR_FILENO) {
+    // An agent started with stdout or stderr closed: not there, which the
+    // interpreter takes for its own.
+    theirs.reset(fcntl(theirs.get(), F_DUPFD_CLOEXEC, STDERR_FILENO + 1));
+    if (!theirs.valid()) return ErrnoToStatus(errno, "fcntl F_DUPFD_CLOEXEC");
+  }
   // Its end crosses the exec; nothing else is started meanwhile (this thread starts them all).
   fcntl(theirs.get(), F_SETFD, 0);
   SpawnOptions spawn;
@@ -162,7 +179,7 @@ void Preloader::Break(const std::string& why, bool notify) {
   logger_->warn("--preload: the preloaded interpreter {}; workers start cold from now on", why);
   loop_.Remove(socket_.get());
   socket_.reset();
-  interpreter_.reset();  // killed, if it still runs
+  Kill();
   if (was_importing && notify && on_change_) on_change_();
 }
 

@@ -86,6 +86,8 @@ class Preloader final : public ProcessRunner {
   void OnReadable();
   // One worker forked from the interpreter, or why not.
   absl::StatusOr<std::unique_ptr<Process>> Fork(const SpawnOptions& options);
+  // Kills the interpreter, if it runs, without waiting for it.
+  void Kill();
   // Sends a fork request with the worker's output and report pipes.
   absl::Status SendRequest(const SpawnOptions& options, int out, int err, int report);
 

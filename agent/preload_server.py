@@ -9,7 +9,8 @@
 # the modules to import. The agent sends requests on the socket (a stream):
 # an 8-byte length with three fds (the worker's stdout, stderr, report), then
 # NUL-separated fields: argc, argv..., envc, env..., the CPUs ("0,1" or ""),
-# the memory nodes. The report pipe gets the worker's pid from the middle
+# the memory nodes, the number of the set_mempolicy system call on this
+# machine (the agent's header knows it). The report pipe gets the worker's pid from the middle
 # process of a double fork, then EOF when the worker is set up; or "error: ".
 import os
 import signal
@@ -18,6 +19,7 @@ import struct
 import sys
 
 AGENT = os.getppid()
+OUR_FILE = __file__
 LIBC = None
 # What a stop of the whole job sends (Slurm signals every process of the
 # step): the interpreter outlives it, ending with the agent (PDEATHSIG, or
@@ -36,11 +38,21 @@ def libc():
     return LIBC
 
 
-def main_path_entry(script, module):
-    """sys.path[0] as a cold start computes it."""
+def is_archive_or_directory(script):
+    import zipfile
+    return os.path.isdir(script) or zipfile.is_zipfile(script)
+
+
+def set_path0(script, module):
+    """sys.path[0] as a cold start sets it: none with -P (PYTHONSAFEPATH)."""
+    if getattr(sys.flags, "safe_path", False):
+        return
     if module:
-        return os.getcwd()
-    return os.path.dirname(os.path.realpath(script))
+        sys.path[0] = os.getcwd()
+    elif is_archive_or_directory(script):
+        sys.path[0] = os.path.abspath(script)  # its __main__.py runs
+    else:
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
 
 
 def thread_count():
@@ -98,9 +110,9 @@ def parse(fields):
     rest = fields[1 + argc:]
     envc = int(rest[0])
     env = rest[1:1 + envc]
-    cpus, nodes = rest[1 + envc:3 + envc]
+    cpus, nodes, set_mempolicy = rest[1 + envc:4 + envc]
     as_ints = lambda text: [int(x) for x in text.split(b",") if x]
-    return argv, env, as_ints(cpus), as_ints(nodes)
+    return argv, env, as_ints(cpus), as_ints(nodes), int(set_mempolicy)
 
 
 def serve(sock):
@@ -150,14 +162,19 @@ def become_worker(fields, out_fd, err_fd, report_fd):
         os.write(report_fd, b"error: the agent is not the worker's parent")
         os._exit(127)
     c.prctl(0x59616D61, AGENT)  # PR_SET_PTRACER: the agent's stack tools may attach
-    argv, env, cpus, nodes = parse(fields)
+    argv, env, cpus, nodes, set_mempolicy = parse(fields)
     os.dup2(out_fd, 1)
     os.dup2(err_fd, 2)
     for fd in (out_fd, err_fd):
         if fd > 2:
             os.close(fd)
+    reopen_standard_streams()
+    # Best effort, as for a cold start: a worker that runs unbound still runs.
     if cpus:
-        os.sched_setaffinity(0, cpus)
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:
+            pass
     if nodes:
         import ctypes
         bits = 8 * ctypes.sizeof(ctypes.c_ulong)
@@ -165,10 +182,10 @@ def become_worker(fields, out_fd, err_fd, report_fd):
         for node in nodes:
             mask[node // bits] |= 1 << (node % bits)
         # MPOL_PREFERRED_MANY (5); kernels before 5.15: MPOL_PREFERRED (1), the first node.
-        if c.syscall(238, 5, mask, len(mask) * bits + 1) != 0:
+        if c.syscall(set_mempolicy, 5, mask, len(mask) * bits + 1) != 0:
             first = (ctypes.c_ulong * 1)(1 << nodes[0]) if nodes[0] < bits else None
             if first is not None:
-                c.syscall(238, 1, first, bits + 1)
+                c.syscall(set_mempolicy, 1, first, bits + 1)
     os.environb.clear()
     for entry in env:
         key, _, value = entry.partition(b"=")
@@ -178,56 +195,86 @@ def become_worker(fields, out_fd, err_fd, report_fd):
     numpy = sys.modules.get("numpy")
     if numpy is not None and hasattr(numpy, "random"):
         numpy.random.seed()
-    os.close(report_fd)
     if hasattr(sys, "orig_argv"):
         sys.orig_argv = argv
     return argv
 
 
+def reopen_standard_streams():
+    """An agent started with stdout or stderr closed gives this interpreter
+    none (sys.stdout is None); the worker has its pipes: streams on them, as
+    python -u makes them."""
+    import io
+    for fd, name, errors in ((1, "stdout", "strict"), (2, "stderr", "backslashreplace")):
+        if getattr(sys, name) is None:
+            stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), errors=errors,
+                                      write_through=True)
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
+
+
+def without_our_frames(hook):
+    """sys.excepthook, showing the traceback a cold start shows: without
+    the frames of this file that the worker's code runs under."""
+    def excepthook(kind, value, tb):
+        while tb is not None and tb.tb_frame.f_code.co_filename == OUR_FILE:
+            tb = tb.tb_next
+        if isinstance(value, BaseException):
+            value.__traceback__ = tb
+        hook(kind, value, tb)
+    return excepthook
+
+
 def run_script(argv):
+    import runpy
     at = 1  # past the interpreter's flags
     while argv[at].startswith("-"):
         at += 1
     sys.argv = argv[at:]
     script = sys.argv[0]
+    set_path0(script, False)
+    if is_archive_or_directory(script):
+        fresh_main()
+        runpy._run_module_as_main("__main__", alter_argv=False)
+        return
     path = os.path.abspath(script)
-    sys.path[0] = main_path_entry(script, False)
     try:
         with open(path, "rb") as source:
-            code = compile(source.read(), path, "exec", dont_inherit=True)
+            text = source.read()
     except OSError as error:
         sys.stderr.write(f"{argv[0]}: can't open file {path!r}: "
                          f"[Errno {error.errno}] {error.strerror}\n")
         sys.exit(2)
-    import builtins
+    code = compile(text, path, "exec", dont_inherit=True)
     import importlib.machinery
-    import types
-    main = types.ModuleType("__main__")
+    main = fresh_main()
     main.__file__ = path
     main.__cached__ = None
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    exec(code, main.__dict__)
+
+
+def fresh_main():
+    """A __main__ module as an interpreter starts with, in this file's
+    place: runpy runs -m modules in it, and the worker's code must not see
+    this file's names."""
+    import builtins
+    import types
+    main = types.ModuleType("__main__")
     main.__spec__ = None
     main.__package__ = None
     main.__builtins__ = builtins
     if MAIN_HAS_ANNOTATIONS:
         main.__annotations__ = {}
     sys.modules["__main__"] = main
-    try:
-        exec(code, main.__dict__)
-    except (SystemExit, KeyboardInterrupt):
-        raise
-    except BaseException:
-        kind, value, tb = sys.exc_info()
-        # Without this file's frame: the traceback a cold start prints.
-        value.__traceback__ = tb.tb_next
-        sys.excepthook(kind, value, tb.tb_next)
-        sys.exit(1)
+    return main
 
 
 def run_module(argv):
     import runpy
     sys.argv = argv[argv.index("-m") + 1:]  # runpy makes [0] the module's file
-    sys.path[0] = main_path_entry(None, True)
+    set_path0(None, True)
+    fresh_main()
     runpy._run_module_as_main(sys.argv[0], alter_argv=True)
 
 
@@ -237,7 +284,7 @@ def main():
     target = sys.argv[3] if module else sys.argv[2]
     modules = sys.argv[4:] if module else sys.argv[3:]
     # Imported from where the worker's own imports would look first.
-    sys.path[0] = main_path_entry(target, module)
+    set_path0(target, module)
     for name in modules:
         try:
             __import__(name)
@@ -252,7 +299,18 @@ def main():
     for sig in STOP_SIGNALS:
         SAVED_HANDLERS[sig] = signal.signal(sig, signal.SIG_IGN)
     sock.sendall(f"ready {os.getpid()}\n".encode())
-    argv = become_worker(*serve(sock))
+    fields, out_fd, err_fd, report_fd = serve(sock)
+    try:
+        argv = become_worker(fields, out_fd, err_fd, report_fd)
+    except BaseException as error:
+        # The agent takes the fork for failed, and starts this worker cold.
+        os.write(report_fd, f"error: the worker could not be set up: {type(error).__name__}: "
+                            f"{error}".encode(errors="replace"))
+        os._exit(127)
+    os.close(report_fd)  # the agent's sign that the worker is set up
+    # An uncaught exception (or Ctrl-C) ends the worker as a cold start's
+    # would: printed, exit code 1 (or SIGINT), this file's frames left out.
+    sys.excepthook = without_our_frames(sys.excepthook)
     if module:
         run_module(argv)
     else:

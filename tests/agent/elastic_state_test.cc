@@ -1244,6 +1244,34 @@ RdzvEvent Excluded(bool job_ends = false) {
   return rdzv_event::Pushed{1, event};
 }
 
+TEST_F(ElasticStateTest, ARoundChangeWhileTheWorkersWereStartingStopsThemAndRejoins) {
+  ToJoining();
+  Actions joined = state_.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  EXPECT_THAT(Names(joined), ElementsAre("OpenWatch", "StartWorkers"));
+  // The agent holds the start (the GPUs of the last round, --preload's
+  // imports) while the job moves on.
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(20))), IsEmpty());
+  Actions started = state_.OnWorkersStarted(2, std::nullopt, At(300));
+  EXPECT_THAT(Names(started), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(started), Contains(HasSubstr("round 0 is over already")));
+  state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(310));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(320))),
+              ElementsAre("Join"));
+  // The heartbeat's answer tells of the same round: nothing more.
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(330))), IsEmpty());
+}
+
+TEST_F(ElasticStateTest, ARoundChangeBeforeAStartThatFailedRejoinsOnceStopped) {
+  ToJoining();
+  state_.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(10));
+  state_.OnRdzv(RoundChangedTo(1), At(20));
+  Actions started = state_.OnWorkersStarted(1, Failure(1, 127), At(30));
+  EXPECT_THAT(Names(started), ElementsAre("ReportFailure", "Signal TERM"));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(40))),
+              ElementsAre("Join"))
+      << "the decision it would wait for came already";
+}
+
 TEST_F(ElasticStateTest, AnExcludedNodeStopsItsWorkersAndExitsNamingTheCause) {
   ToRunning();
   Actions actions = state_.OnRdzv(Excluded(), At(100));

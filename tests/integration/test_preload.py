@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import subprocess
+import textwrap
 
 from harness import DDP_TRAIN, MUSTER, WORKERS, TempDirTest, env, muster, pid_alive, wait_for
 
@@ -182,6 +183,45 @@ class Preload(TempDirTest):
         self.assertIn("Signal 15 (SIGTERM)", self.read("muster.err"))
         self.assertEqual(counts(self.read("muster.err")), (2, 0), self.read("muster.err"))
         self.assertTrue(wait_for(lambda: not pid_alive(interpreter), 10), "it outlived the agent")
+
+    def test_every_way_a_script_ends_shows_as_it_does_cold(self):
+        # Each script's own lines (the traceback of what it raised, the
+        # message of a syntax error) and how it ended, cold and forked.
+        os.makedirs(self.path("app"))
+        with open(self.path("app/__main__.py"), "w") as f:
+            f.write("import sys\nprint('app', sys.argv[1:], sys.path[0])\n")
+        with open(self.path("ends.py"), "w") as f:
+            f.write(textwrap.dedent("""\
+                import sys
+                def deeper(how):
+                    if how == "raise":
+                        raise ValueError("from the script")
+                    if how == "interrupt":
+                        raise KeyboardInterrupt
+                    sys.exit(int(how))
+                deeper(sys.argv[1])
+            """))
+        with open(self.path("broken.py"), "w") as f:
+            f.write("def f(:\n")
+        cases = {"raise": ["ends.py", "raise"], "interrupt": ["ends.py", "interrupt"],
+                 "exit": ["ends.py", "7"], "syntax": ["broken.py"], "directory": ["app", "x"],
+                 "module": ["-m", "ends", "raise"], "safe path": ["ends.py", "0"]}
+        for name, args in cases.items():
+            extra = {"PYTHONSAFEPATH": "1"} if name == "safe path" else {}
+            seen = {}
+            for preload in ([], ["--preload", "json"]):
+                result = self.launch("--standalone", "--nproc-per-node", "1", *preload, *args,
+                                     cwd=self.tmp, PYTHONPATH=self.tmp if name == "module" else "",
+                                     **extra)
+                lines = [line for line in (result.stdout + result.stderr).splitlines()
+                         if line.startswith("[rank 0]:")]
+                failed = re.findall(r"failed: (.*); stopping", result.stderr)
+                seen[bool(preload)] = (result.returncode, lines, failed)
+                if preload:
+                    self.assertEqual(counts(result.stderr), (1, 0), result.stderr)
+            with self.subTest(name=name):
+                self.assertEqual(seen[True], seen[False])
+                self.assertNotIn("muster_preload", str(seen[True]))
 
     def test_a_module_that_fails_to_import_is_named_and_the_job_runs_cold(self):
         result = muster("--standalone", "--nproc-per-node", "2", "--preload", "json,no_such_mod",

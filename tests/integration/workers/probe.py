@@ -24,7 +24,7 @@ def record():
         "path": sys.path,
         "file": getattr(main, "__file__", None),
         "name": main.__name__,
-        "main_keys": sorted(k for k in vars(main) if k.startswith("__")),
+        "main_names": sorted(vars(main)),  # its own names, and none of muster's
         "loader": type(getattr(main, "__loader__", None)).__name__,
         "spec": getattr(spec, "name", None),
         "package": getattr(main, "__package__", None),
