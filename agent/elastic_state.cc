@@ -521,6 +521,17 @@ void ElasticState::OnPushed(const rdzv::WatchEvent& event, absl::Time now, Actio
   }
 }
 
+namespace {
+
+// "this node's host h1", or "this node" when only a refused call told
+// (its message names the node).
+std::string WhoIsExcluded(const rdzv::Exclusion& exclusion) {
+  return exclusion.host().empty() ? "this node"
+                                  : absl::StrCat("this node's host ", exclusion.host());
+}
+
+}  // namespace
+
 void ElasticState::OnNodeExcluded(const rdzv::NodeExcluded& excluded, absl::Time now,
                                   Actions* out) {
   const rdzv::Exclusion& exclusion = excluded.exclusion();
@@ -530,13 +541,13 @@ void ElasticState::OnNodeExcluded(const rdzv::NodeExcluded& excluded, absl::Time
     // ends every other, with the job's exit code.
     excluded_as_job_ends_ = exclusion;
     Log(out, Level::kError,
-        absl::StrCat("the job excluded this node's host ", exclusion.host(), ": ",
-                     exclusion.cause(), "; the same failure ends the job"));
+        absl::StrCat("the job excluded ", WhoIsExcluded(exclusion), ": ", exclusion.cause(),
+                     "; the same failure ends the job"));
     return;
   }
   excluded_ = exclusion;
   Log(out, Level::kError,
-      absl::StrCat("the job excluded this node's host ", exclusion.host(), ": ", exclusion.cause(),
+      absl::StrCat("the job excluded ", WhoIsExcluded(exclusion), ": ", exclusion.cause(),
                    "; the job goes on without it"));
   StopForExclusion(now, out);
 }

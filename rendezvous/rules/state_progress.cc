@@ -222,11 +222,14 @@ void RendezvousState::RemoveExcludedNodes(Job& job, const std::string& host, abs
   for (const auto& [id, node] : job.nodes) {
     if (node.info.host() == host) ids.push_back(id);
   }
+  const Exclusion* exclusion = FindExclusion(job, host);
+  // The words an agent knows its exclusion by, and why, should a refused
+  // call (its pending join, its failure report) tell it before the push.
+  const std::string reason = absl::StrCat(kExcludedFromJob, " '", job.id,
+                                          "': ", exclusion ? exclusion->cause() : "a bad node");
   for (const std::string& id : ids) {
     if (job.phase == Phase::kClosed) return;
-    // The words an agent knows its exclusion by, should its pending join fail first.
-    RemoveNode(job, id, absl::StrCat(kExcludedFromJob, " '", job.id, "' (a bad node)"), now,
-               effects);
+    RemoveNode(job, id, reason, now, effects);
   }
 }
 

@@ -389,6 +389,14 @@ TEST_F(ProgressTest, ASpareWhosePreflightFailsIsExcludedAndTheJobGoesOn) {
   EXPECT_EQ(pushed["a"].at(0).round_changed().reason(), RoundChanged::NODE_LOST);
   EXPECT_EQ(JobStatus().state(), "open") << "the job goes on";
   EXPECT_EQ(JobStatus().restart_count(), 0);
+  // c's own report of the same pre-flight, refused, says why, should it
+  // arrive before the push.
+  Effects late;
+  absl::Status refused =
+      state_.ReportFailure({job_, "c"}, SecretOf("c"), 1, MakeFailure("c", 1), At(550), &late);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(refused.message(),
+              AllOf(HasSubstr(kExcludedFromJob), HasSubstr("failed in the round that seated it")));
   // The other spare is seated, and checked in its turn.
   std::map<std::string, Assignment> next = Assigned(Join({"a"}, At(600)));
   EXPECT_THAT(Keys(next), ElementsAre("a", "d"));
