@@ -351,8 +351,13 @@ void Agent::Impl::StartPreloader(const WorkerGroupOptions& group) {
   preload.modules = config_.preload;
   preload.env = PreloadEnvironment(group.base_env, options_.nproc);
   preload.dir = run_dir_;
-  absl::StatusOr<std::unique_ptr<Preloader>> started =
-      Preloader::Start(std::move(preload), *runner_, *loop_, [this] { StartWhenReady(); });
+  absl::StatusOr<std::unique_ptr<Preloader>> started = Preloader::Start(
+      std::move(preload), *runner_, *loop_,
+      [this](Preloader::State state, const std::string& detail) {
+        Emit(state == Preloader::State::kReady ? "preload_ready" : "preload_broken", state_.round(),
+             detail);
+        StartWhenReady();
+      });
   if (!started.ok()) {
     logger_->warn("--preload {}: cannot start the interpreter ({}); workers start cold", modules,
                   started.status().message());
@@ -708,7 +713,7 @@ void Agent::Impl::Do(const action::StartWorkers& start) {
 
 void Agent::Impl::StartWhenReady() {
   if (!pending_start_ || state_.done() || awaiting_release_) return;
-  // Its imports end, or fail, soon: the preloader says so (on_change).
+  // Its imports end, or fail, soon: the preloader says so (OnChange).
   if (preloader_ && preloader_->state() == Preloader::State::kImporting) return;
   action::StartWorkers start = *std::move(pending_start_);
   pending_start_.reset();

@@ -26,6 +26,9 @@
 //   node_excluded  the job excluded this node's host (detail: why)
 //   progress       this node's workers reached a new step (MUSTER_PROGRESS_FILE):
 //                  the first of each round, then at most one a minute
+//   preload_ready  --preload's interpreter imported the modules (detail:
+//                  which, how long, its pid): workers are forked from it
+//   preload_broken it failed (detail: why): workers start cold from now on
 #ifndef MUSTER_AGENT_EVENTS_H_
 #define MUSTER_AGENT_EVENTS_H_
 

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "agent/stack_capture.h"
@@ -79,7 +80,7 @@ std::string RequestBody(const SpawnOptions& options) {
 }  // namespace
 
 Preloader::Preloader(PreloadOptions options, ProcessRunner& cold, EventLoop& loop,
-                     std::function<void()> on_change)
+                     OnChange on_change)
     : options_(std::move(options)), cold_(cold), loop_(loop), on_change_(std::move(on_change)),
       logger_(Logger("agent")) {}
 
@@ -99,7 +100,7 @@ void Preloader::Kill() {
 
 absl::StatusOr<std::unique_ptr<Preloader>> Preloader::Start(PreloadOptions options,
                                                             ProcessRunner& cold, EventLoop& loop,
-                                                            std::function<void()> on_change) {
+                                                            OnChange on_change) {
   std::unique_ptr<Preloader> preloader(
       new Preloader(std::move(options), cold, loop, std::move(on_change)));
   const PreloadOptions& opts = preloader->options_;
@@ -159,10 +160,11 @@ void Preloader::OnReadable() {
     return;
   }
   state_ = State::kReady;
-  logger_->info("--preload: {} imported in {:.2f} s (pid {}); workers are forked from it",
-                absl::StrJoin(options_.modules, ", "),
-                absl::ToDoubleSeconds(absl::Now() - started_), interpreter_->pid());
-  if (on_change_) on_change_();
+  const std::string ready =
+      absl::StrFormat("%s imported in %.2f s (pid %d)", absl::StrJoin(options_.modules, ", "),
+                      absl::ToDoubleSeconds(absl::Now() - started_), interpreter_->pid());
+  logger_->info("--preload: {}; workers are forked from it", ready);
+  if (on_change_) on_change_(state_, ready);
 }
 
 bool Preloader::OnExit(pid_t pid, ExitStatus status) {
@@ -172,15 +174,16 @@ bool Preloader::OnExit(pid_t pid, ExitStatus status) {
   return true;
 }
 
-void Preloader::Break(const std::string& why, bool notify) {
+void Preloader::Break(const std::string& why) {
   if (state_ == State::kBroken) return;
-  const bool was_importing = state_ == State::kImporting;
   state_ = State::kBroken;
   logger_->warn("--preload: the preloaded interpreter {}; workers start cold from now on", why);
   loop_.Remove(socket_.get());
   socket_.reset();
   Kill();
-  if (was_importing && notify && on_change_) on_change_();
+  // The agent starts a start the imports held back: never this Spawn's,
+  // whose start it took before asking.
+  if (on_change_) on_change_(state_, why);
 }
 
 absl::StatusOr<std::unique_ptr<Process>> Preloader::Spawn(const SpawnOptions& options) {
@@ -188,8 +191,7 @@ absl::StatusOr<std::unique_ptr<Process>> Preloader::Spawn(const SpawnOptions& op
   if (state_ == State::kImporting) {
     Break(absl::StrCat("was still importing ",
                        absl::FormatDuration(absl::Trunc(absl::Now() - started_, absl::Seconds(1))),
-                       " after it started"),
-          /*notify=*/false);  // the start it would tell of is this one
+                       " after it started"));
   }
   if (state_ == State::kReady) {
     absl::StatusOr<std::unique_ptr<Process>> forked = Fork(options);

@@ -50,13 +50,14 @@ struct PreloadOptions {
 class Preloader final : public ProcessRunner {
  public:
   enum class State { kImporting, kReady, kBroken };
+  // Called as it turns ready or broken, with what happened.
+  using OnChange = std::function<void(State, const std::string&)>;
 
   // Starts the interpreter through `cold`; it imports in the background,
-  // watched on `loop` (both outlive this), which calls `on_change` once it
-  // is ready or broken.
+  // watched on `loop` (both outlive this).
   static absl::StatusOr<std::unique_ptr<Preloader>> Start(PreloadOptions options,
                                                           ProcessRunner& cold, EventLoop& loop,
-                                                          std::function<void()> on_change);
+                                                          OnChange on_change);
   // The interpreter still running is killed.
   ~Preloader() override;
   Preloader(const Preloader&) = delete;
@@ -66,9 +67,8 @@ class Preloader final : public ProcessRunner {
   // `pid` exited: true when it was the interpreter (it is then broken).
   bool OnExit(pid_t pid, ExitStatus status);
   // Gives up on it, killing it: the workers start cold from now on. The
-  // first reason is logged, once; `on_change` is called when it was still
-  // importing and `notify`.
-  void Break(const std::string& why, bool notify = true);
+  // first reason is logged, and told to `on_change`, once.
+  void Break(const std::string& why);
   // When the import began, for the agent's wait.
   absl::Time started() const { return started_; }
   // Workers forked from it so far, and started cold while it was asked for.
@@ -80,8 +80,7 @@ class Preloader final : public ProcessRunner {
   void Reap(pid_t pid) override { cold_.Reap(pid); }
 
  private:
-  Preloader(PreloadOptions options, ProcessRunner& cold, EventLoop& loop,
-            std::function<void()> on_change);
+  Preloader(PreloadOptions options, ProcessRunner& cold, EventLoop& loop, OnChange on_change);
   // Reads what the interpreter said on its socket.
   void OnReadable();
   // One worker forked from the interpreter, or why not.
@@ -94,7 +93,7 @@ class Preloader final : public ProcessRunner {
   const PreloadOptions options_;
   ProcessRunner& cold_;
   EventLoop& loop_;
-  const std::function<void()> on_change_;
+  const OnChange on_change_;
   std::shared_ptr<spdlog::logger> logger_;
   State state_ = State::kImporting;
   std::unique_ptr<Process> interpreter_;

@@ -140,7 +140,8 @@ class Preload(TempDirTest):
         work = self.path("work")
         os.makedirs(work)
         proc = self.start("--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
-                          "--preload", "torch", os.path.join(WORKERS, "on_demand.py"), work)
+                          "--preload", "torch", "--event-log-handler", "console",
+                          os.path.join(WORKERS, "on_demand.py"), work)
         ready = re.compile(r"imported in [0-9.]+ s \(pid (\d+)\)")
         self.assertTrue(wait_for(lambda: ready.search(self.read("muster.err")) and
                                  len([n for n in os.listdir(work) if n.startswith("pid.")]) == 2,
@@ -157,6 +158,12 @@ class Preload(TempDirTest):
         self.assertIn("the preloaded interpreter ended (killed by signal 9); workers start cold",
                       log)
         self.assertEqual(counts(log), (2, 2), log)
+        events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+        told = [(e["kind"], e["detail"]) for e in events if e["kind"].startswith("preload")]
+        self.assertEqual(len(told), 2, told)
+        self.assertEqual(told[0][0], "preload_ready")
+        self.assertRegex(told[0][1], r"^torch imported in [0-9.]+ s \(pid \d+\)$")
+        self.assertEqual(told[1], ("preload_broken", "ended (killed by signal 9)"))
 
     def test_a_stop_signal_to_every_process_leaves_the_interpreter_serving(self):
         # As Slurm signals every process of a step: the interpreter ignores
