@@ -62,7 +62,8 @@ std::string HowItEnded(pid_t pid) {
   return "";
 }
 
-// The request's body: NUL-separated argc, argv, envc, env, CPUs, memory nodes.
+// The request's body: NUL-separated argc, argv, envc, env, CPUs, memory nodes,
+// and this machine's number of the set_mempolicy system call.
 std::string RequestBody(const SpawnOptions& options) {
   std::string body = absl::StrCat(options.argv.size());
   for (const std::string& arg : options.argv)
