@@ -5,8 +5,8 @@ would: the same arguments and environment, workers of our own
 originals do.
 
 Each launcher runs the whole table under each PyTorch: muster and torchrun
-1.13 on this host (Debian's torch), muster and torchrun 2.6 in the PyTorch
-2.6 root (torch2.py). muster must pass every case under both. A torchrun
+1.13 on this host (Debian's torch), muster and torchrun 2.6 and 2.14 in
+the PyTorch 2.x roots (torch2.py). muster must pass every case under each. A torchrun
 must pass every case but those its release lacks, listed with why in
 TORCHRUN_FAILS; those must fail, so the list stays true. The torchrun
 classes test Debian's torch, not muster: labelled "reference", they are
@@ -41,6 +41,7 @@ TORCHRUN_113_FAILS = {
     "test_logs_logs_spec_entrypoint_must_be_defined": "--logs-specs came in 2.3",
 }
 TORCHRUN_26_FAILS = {}
+TORCHRUN_214_FAILS = {}
 
 
 class _Suite:
@@ -324,38 +325,57 @@ class Torchrun113(_OnThisHost, _Suite, TempDirTest):
         return [PYTHON, TORCHRUN, *args]
 
 
-WHY_NOT_26 = torch2.available()
+class _InTorch2Root(torch2.WithBundle):
+    """PyTorch 2.x in its root (a subclass names ROOT); muster as the bundle
+    packs it."""
 
-
-class _InTorch26Root(torch2.WithBundle):
-    """PyTorch 2.6 in its root; muster as the bundle packs it."""
+    ROOT = None
 
     def setUp(self):
         super().setUp()
-        shutil.copy(os.path.join(HERE, "torchrun26.py"), self.tmp)
+        shutil.copy(os.path.join(HERE, "torchrun_debian.py"), self.tmp)
 
     def launch_env(self, extra):
         return torch2.root_env(**SENTINEL, **extra)
 
     def launch_argv(self, args):
-        return torch2.enter_root_argv(self.argv_in_root(args), self.bundle, self.tmp)
+        return self.ROOT.enter_argv(self.argv_in_root(args), self.bundle, self.tmp)
 
     def python_argv(self, args):
-        return torch2.enter_root_argv(["/usr/bin/python3", *args], self.bundle, self.tmp)
+        return self.ROOT.enter_argv(["/usr/bin/python3", *args], self.bundle, self.tmp)
 
 
-@unittest.skipIf(WHY_NOT_26, WHY_NOT_26)
-class Muster26(_InTorch26Root, _Suite, TempDirTest):
-    LAUNCHER = "muster (torch 2.6)"
-
+class _Muster:
     def argv_in_root(self, args):
         return ["/opt/muster/bin/muster", *args]
 
 
-@unittest.skipIf(WHY_NOT_26, WHY_NOT_26)
-class Torchrun26(_InTorch26Root, _Suite, TempDirTest):
+class _Torchrun:
+    def argv_in_root(self, args):
+        return ["/usr/bin/python3", self.path("torchrun_debian.py"), *args]
+
+
+@unittest.skipIf(torch2.TORCH26.available(), torch2.TORCH26.available())
+class Muster26(_Muster, _InTorch2Root, _Suite, TempDirTest):
+    LAUNCHER = "muster (torch 2.6)"
+    ROOT = torch2.TORCH26
+
+
+@unittest.skipIf(torch2.TORCH26.available(), torch2.TORCH26.available())
+class Torchrun26(_Torchrun, _InTorch2Root, _Suite, TempDirTest):
     LAUNCHER = "torchrun 2.6"
+    ROOT = torch2.TORCH26
     FAILS = TORCHRUN_26_FAILS
 
-    def argv_in_root(self, args):
-        return ["/usr/bin/python3", self.path("torchrun26.py"), *args]
+
+@unittest.skipIf(torch2.TORCH214.available(), torch2.TORCH214.available())
+class Muster214(_Muster, _InTorch2Root, _Suite, TempDirTest):
+    LAUNCHER = "muster (torch 2.14)"
+    ROOT = torch2.TORCH214
+
+
+@unittest.skipIf(torch2.TORCH214.available(), torch2.TORCH214.available())
+class Torchrun214(_Torchrun, _InTorch2Root, _Suite, TempDirTest):
+    LAUNCHER = "torchrun 2.14"
+    ROOT = torch2.TORCH214
+    FAILS = TORCHRUN_214_FAILS

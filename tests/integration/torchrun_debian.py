@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""torchrun of Debian trixie's PyTorch 2.6, run unchanged but for one thing.
+"""torchrun of Debian's PyTorch 2.x (trixie's 2.6, sid's 2.14), run
+unchanged but for one thing.
 
-trixie builds TCPStore without libuv, while torch 2.6's rendezvous asks for
+Debian builds TCPStore without libuv, while torch 2.4+'s rendezvous asks for
 libuv by default (and passes use_libuv=True itself in places), so its
 torchrun fails to start its store. This wrapper makes every TCPStore the
 rendezvous creates a non-libuv one, then runs torchrun's main: the reference
 muster's tests compare with (tests/integration/torch2.py runs it in the
-PyTorch 2.6 root)."""
+PyTorch 2.x roots)."""
 import sys
 
 import torch.distributed as dist

@@ -1,7 +1,8 @@
-"""PyTorch 2.6 (issue 14): muster against torchrun 2.6 in Debian trixie's
-root (torch2.py), as a user whose machine has only PyTorch 2.6 runs them.
-Skipped, with the reason, where the root is not built (scripts/setup
-builds it) or the tests do not run as root."""
+"""PyTorch 2.x: muster against torchrun 2.6 in Debian trixie's root (issue
+14) and against torchrun 2.14 in sid's (issue 34), both made by
+scripts/torch2-root (torch2.py), as a user whose machine has only that
+PyTorch runs them. Skipped, with the reason, where a root is not built
+(scripts/setup builds them) or the tests do not run as root."""
 import json
 import os
 import re
@@ -18,39 +19,40 @@ EXPLAINED = {
     # torchrun 2.4+ shares its agent's TCPStore (True); muster's rank 0
     # hosts PyTorch's store on MASTER_PORT, which every 2.x worker accepts.
     "TORCHELASTIC_USE_AGENT_STORE": ("False", "True"),
-    # The name before PyTorch 2.2; muster sets both, torchrun 2.6 the new one.
+    # The name before PyTorch 2.2; muster sets both, torchrun 2.x the new one.
     "NCCL_ASYNC_ERROR_HANDLING": ("1", None),
-    # torchrun 2.9+ sets it; muster does (--signals-to-handle's default).
-    "TORCHELASTIC_SIGNALS_TO_HANDLE": ("SIGTERM,SIGINT,SIGHUP,SIGQUIT", None),
 }
+# torchrun 2.9+ sets it, as muster does (--signals-to-handle's default); 2.6 does not.
+EXPLAINED_26 = {**EXPLAINED,
+                "TORCHELASTIC_SIGNALS_TO_HANDLE": ("SIGTERM,SIGINT,SIGHUP,SIGQUIT", None)}
 PER_RUN = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 # muster's own, which torchrun has no counterpart of: where a worker may write its step.
 MUSTER_ONLY = {"MUSTER_PROGRESS_FILE"}
 
 
-WHY_NOT = torch2.available()
+class _Torch2:
+    """muster and torchrun side by side in a PyTorch 2.x root; a subclass
+    names ROOT."""
 
-
-@unittest.skipIf(WHY_NOT, WHY_NOT)
-class Torch26(torch2.WithBundle, TempDirTest):
-    """muster and torchrun 2.6 side by side in the PyTorch 2.6 root."""
+    ROOT = None
+    EXPLAINED = EXPLAINED
 
     def setUp(self):
         super().setUp()
         for script in (DDP_TRAIN, os.path.join(WORKERS, "file_timer.py"),
-                       os.path.join(WORKERS, "probe.py"), os.path.join(HERE, "torchrun26.py")):
+                       os.path.join(WORKERS, "probe.py"), os.path.join(HERE, "torchrun_debian.py")):
             shutil.copy(script, self.tmp)
 
     def launch(self, launcher, *args, **extra_env):
-        """muster (the bundle's) or torchrun 2.6 in the root; CompletedProcess."""
+        """muster (the bundle's) or this root's torchrun; CompletedProcess."""
         if launcher == "muster":
             command = ["/opt/muster/bin/muster", *args]
         elif launcher == "muster-preload":  # issue 33
             command = ["/opt/muster/bin/muster", "--preload", "torch", *args]
         else:
-            command = ["/usr/bin/python3", self.path("torchrun26.py"), *args]
-        return torch2.run_in_root(command, self.bundle, self.tmp, torch2.root_env(**extra_env),
-                                  timeout=240)
+            command = ["/usr/bin/python3", self.path("torchrun_debian.py"), *args]
+        return self.ROOT.run(command, self.bundle, self.tmp, torch2.root_env(**extra_env),
+                             timeout=240)
 
     def test_ddp_parameters_equal_torchruns(self):
         params = {}
@@ -59,8 +61,8 @@ class Torch26(torch2.WithBundle, TempDirTest):
                 out = self.path(f"{launcher}.{crash}.json")
                 extra = ["--crash-rank", "1", "--crash-marker",
                          self.path(f"{launcher}.crashed")] if crash else []
-                # trixie's torchrun 2.6, restarting, hands its workers its own
-                # store again, whose client asks for libuv that trixie's build
+                # Debian's torchrun 2.x, restarting, hands its workers its own
+                # store again, whose client asks for libuv that Debian's build
                 # lacks ("use_libuv was requested"): its documented opt-out
                 # makes rank 0 host the store instead, as under muster.
                 opt_out = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"} if launcher != "muster" else {}
@@ -77,7 +79,7 @@ class Torch26(torch2.WithBundle, TempDirTest):
         self.assertEqual(params["muster-preload", False], params["torchrun", False])
         self.assertEqual(params["muster-preload", True], params["torchrun", True])
 
-    def test_a_preloaded_worker_is_what_a_cold_start_makes_on_python_313(self):
+    def test_a_preloaded_worker_is_what_a_cold_start_makes_on_this_python(self):
         probes = {}
         for launcher in ("muster", "muster-preload"):
             out = self.path(launcher)
@@ -108,34 +110,17 @@ class Torch26(torch2.WithBundle, TempDirTest):
         result = self.launch(launcher, "--standalone", "--nproc-per-node", "2", "--max-restarts",
                              "2", "--no-python", "/bin/sh", "-c", f"env > {d}/env.$LOCAL_RANK")
         self.assertEqual(result.returncode, 0, f"{launcher}: {result.stderr}")
-        envs = []
-        for rank in range(2):
-            with open(os.path.join(d, f"env.{rank}")) as f:
-                envs.append(dict(line.split("=", 1) for line in f.read().splitlines()
-                                 if "=" in line))
-        return envs
+        return torch2.read_environments(d, 2)
 
     def test_environment_variable_by_variable(self):
         ours, theirs = self.environments("muster"), self.environments("torchrun")
-        for rank in range(2):
-            a, b = ours[rank], theirs[rank]
-            for var in sorted(set(a) | set(b)):
-                with self.subTest(var=var, rank=rank):
-                    if var in EXPLAINED:
-                        self.assertEqual((a.get(var), b.get(var)), EXPLAINED[var])
-                    elif var in MUSTER_ONLY:
-                        self.assertIn(var, a)
-                        self.assertNotIn(var, b)
-                    elif var in PER_RUN:
-                        self.assertIn(var, a)
-                        self.assertIn(var, b)
-                    else:
-                        self.assertEqual(a.get(var), b.get(var))
+        torch2.assert_same_environments(self, ours, theirs, self.EXPLAINED, PER_RUN, MUSTER_ONLY)
+        for rank, a in enumerate(ours):
             self.assertTrue(a["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{rank}/error.json"))
             self.assertTrue(a["MUSTER_PROGRESS_FILE"].endswith(f"/attempt_0.{rank}"))
             self.assertEqual(a["MASTER_ADDR"], "127.0.0.1")
 
-    def test_file_timer_of_torch_26(self):
+    def test_file_timer_of_this_torch(self):
         work = self.path("work")
         os.mkdir(work)
         # One worker: with two, the first expiry stops the other before its own.
@@ -148,7 +133,7 @@ class Torch26(torch2.WithBundle, TempDirTest):
         self.assertLess(late[0], 1.5, result.stderr)
         self.assertTrue(os.path.exists(os.path.join(work, "start.1.0")), result.stderr)
 
-    def test_log_line_prefix_of_torchs_variable_as_torchrun_26(self):
+    def test_log_line_prefix_of_torchs_variable_as_this_torchrun(self):
         # test_run.py's test_capture_logs_using_default_logs_specs, under both.
         for launcher in ("muster", "torchrun"):
             result = self.launch(launcher, "--standalone", "--nproc-per-node", "2", "--redirects",
@@ -159,7 +144,7 @@ class Torch26(torch2.WithBundle, TempDirTest):
             self.assertIn("[rank1]: creating 1", result.stdout, launcher)
             self.assertNotIn("creating 0", result.stdout, launcher)
 
-    def test_log_files_as_torchrun_26(self):
+    def test_log_files_as_this_torchrun(self):
         # --log-dir with --redirects 3 --tee 1: the same files under the run's
         # directory, holding the same lines; the console shows stdout only,
         # each line behind the launcher's prefix ([rank 0]: for muster,
@@ -187,6 +172,21 @@ class Torch26(torch2.WithBundle, TempDirTest):
         self.assertEqual(files["muster"]["attempt_0/1/stderr.log"], "err 1\n")
         self.assertEqual(console["muster"], console["torchrun"])
         self.assertEqual(console["muster"], [("0", "out 0"), ("1", "out 1")])
+
+
+@unittest.skipIf(torch2.TORCH26.available(), torch2.TORCH26.available())
+class Torch26(_Torch2, torch2.WithBundle, TempDirTest):
+    """Debian trixie's PyTorch 2.6, Python 3.13."""
+
+    ROOT = torch2.TORCH26
+    EXPLAINED = EXPLAINED_26
+
+
+@unittest.skipIf(torch2.TORCH214.available(), torch2.TORCH214.available())
+class Torch214(_Torch2, torch2.WithBundle, TempDirTest):
+    """Debian sid's PyTorch 2.14, Python 3.14."""
+
+    ROOT = torch2.TORCH214
 
 
 if __name__ == "__main__":
