@@ -120,6 +120,9 @@ struct LaunchConfig {
   // --preload: the modules an interpreter imports once per node, every
   // worker forked from it (agent/preload.h); empty: every worker starts cold.
   std::vector<std::string> preload;
+  // --accelerate-config: accelerate's config file ("default": its default
+  // path), read by the launcher before the launch (launcher/accelerate_config.h).
+  std::string accelerate_config;
   bool run_path = false;  // accepted
   std::string log_dir;    // "" = a fresh temporary directory
   RedirectSpec redirects;

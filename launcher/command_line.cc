@@ -38,12 +38,17 @@ absl::StatusOr<std::optional<SlurmJob>> SlurmDefaults(const std::vector<std::str
 }  // namespace
 
 absl::StatusOr<CommandLine> ReadCommandLine(const std::vector<std::string>& args,
-                                            const EnvLookup& env) {
+                                            const EnvLookup& env,
+                                            const AccelerateLaunch* accelerate) {
   std::map<std::string, std::string> slurm_pet;
   absl::StatusOr<std::optional<SlurmJob>> slurm = SlurmDefaults(args, env, slurm_pet);
   if (!slurm.ok()) return slurm.status();
   absl::StatusOr<ParsedCommandLine> parsed =
       ParseCommandLine(args, [&](const std::string& name) -> std::optional<std::string> {
+        if (accelerate != nullptr) {
+          auto it = accelerate->options.find(name);
+          if (it != accelerate->options.end()) return it->second;
+        }
         if (std::optional<std::string> value = env(name)) return value;
         auto it = slurm_pet.find(name);
         if (it == slurm_pet.end()) return std::nullopt;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "launcher/accelerate_config.h"
 #include "launcher/options.h"
 #include "launcher/slurm.h"
 
@@ -31,8 +32,14 @@ struct CommandLine {
 //
 // Errors: kInvalidArgument, ParseCommandLine's, or the allocation's
 // inconsistency with the way out (MUSTER_IGNORE_SLURM=1).
+//
+// With `accelerate` (--accelerate-config's translation), its torchrun
+// options stand between the flags and the PET_ variables: a flag wins over
+// the file, the file over the environment and Slurm, as under `accelerate
+// launch`.
 absl::StatusOr<CommandLine> ReadCommandLine(const std::vector<std::string>& args,
-                                            const EnvLookup& env);
+                                            const EnvLookup& env,
+                                            const AccelerateLaunch* accelerate = nullptr);
 
 }  // namespace muster
 

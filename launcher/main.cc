@@ -1,6 +1,7 @@
 // muster: the launcher and node agent. Reads torchrun's command line (with
 // Slurm's allocation as defaults) and runs the launch (launcher/run.h).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "agent/exit_codes.h"
 #include "common/process_env.h"
 #include "common/release_mode.h"
+#include "launcher/accelerate_file.h"
 #include "launcher/command_line.h"
 #include "launcher/completion.h"
 #include "launcher/run.h"
@@ -21,9 +23,30 @@ int UsageError(absl::string_view message) {
   return kExitUsage;
 }
 
+// With --accelerate-config: the file's variables set in this process's
+// environment, as `accelerate launch` sets them in its own (the workers
+// inherit them; CUDA_VISIBLE_DEVICES narrows the GPUs muster counts too),
+// then the command line read again with the file's torchrun options.
+absl::StatusOr<CommandLine> WithAccelerateConfig(const std::vector<std::string>& args,
+                                                 CommandLine command) {
+  const std::string& file = command.parsed.config.accelerate_config;
+  if (file.empty() || command.parsed.help || command.parsed.version ||
+      command.parsed.completion_shell) {
+    return command;
+  }
+  absl::StatusOr<AccelerateLaunch> launch = LoadAccelerateConfig(file, command.slurm.has_value());
+  if (!launch.ok()) return launch.status();
+  for (const std::string& warning : launch->warnings) {
+    std::fprintf(stderr, "muster: warning: %s\n", warning.c_str());
+  }
+  for (const auto& [name, value] : launch->env) setenv(name.c_str(), value.c_str(), 1);
+  return ReadCommandLine(args, GetEnv, &*launch);
+}
+
 int Main(int argc, char** argv) {
-  absl::StatusOr<CommandLine> command =
-      ReadCommandLine(std::vector<std::string>(argv, argv + argc), GetEnv);
+  const std::vector<std::string> args(argv, argv + argc);
+  absl::StatusOr<CommandLine> command = ReadCommandLine(args, GetEnv);
+  if (command.ok()) command = WithAccelerateConfig(args, *std::move(command));
   if (!command.ok()) return UsageError(command.status().message());
   const ParsedCommandLine& parsed = command->parsed;
   if (parsed.help) {

@@ -52,6 +52,7 @@ enum class Key {
   kRole,
   kStartMethod,
   kPreload,
+  kAccelerateConfig,
   kMaxRestarts,
   kMonitorInterval,
   kShutdownTimeout,
@@ -175,6 +176,12 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "import MODULES (comma-separated, e.g. torch) once per node,\n"
      "in an interpreter every worker is forked from: a restart\n"
      "pays neither python's start nor the imports; none: off",
+     ""},
+    {Key::kAccelerateConfig, "--accelerate-config", "--accelerate-config,--accelerate_config",
+     "MUSTER_ACCELERATE_CONFIG", "FILE", "", kRunGroup,
+     "launch as `accelerate launch --config_file FILE` would:\n"
+     "its workers, nodes and ACCELERATE_*/FSDP_* variables;\n"
+     "these flags win over the file; default: accelerate's own",
      ""},
     {Key::kMaxRestarts, "--max-restarts", "--max-restarts,--max_restarts", "PET_MAX_RESTARTS", "N",
      "0", kRestartGroup, "worker group restarts allowed after failures", "1.10"},
@@ -963,6 +970,13 @@ absl::Status ApplyRestarts(const GivenOptions& given, LaunchConfig& config) {
     absl::StatusOr<std::vector<std::string>> modules = ParsePreload(*preload);
     if (!modules.ok()) return modules.status();
     config.preload = *std::move(modules);
+  }
+  if (const Given* file = given.Get(Key::kAccelerateConfig)) {
+    if (file->value.empty()) {
+      return Invalid(*file, "empty",
+                     "give --accelerate-config FILE, or default for accelerate's own");
+    }
+    config.accelerate_config = file->value;
   }
   if (const Given* command = given.Get(Key::kOnNodeExcluded)) {
     if (absl::StripAsciiWhitespace(command->value).empty()) {
