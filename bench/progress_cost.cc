@@ -3,7 +3,7 @@
 //
 //   build/bench/progress_cost [--reports 200000] [--dir DIR]... [--python /usr/bin/python3]
 //
-// The worker's side, per report: Python as the README shows it (open, write,
+// The worker's side, per report: Python as docs/hangs-and-gpu-check.md shows it (open, write,
 // close: `with open(path, "w") as f: f.write(...)`) and the cheaper way
 // (os.pwrite on a file kept open), each timed by Python itself over
 // --reports reports; and the same two from C, for the system calls' share.

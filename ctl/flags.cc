@@ -99,7 +99,8 @@ void AddCommands(CLI::App& app, Commands& c) {
   AddTargetOptions(c.status, c.status_target);
   AddAuthOptions(c.status, c.status_auth);
   c.status->add_option("job", c.status_job, "the job's --rdzv-id")->type_name("JOB");
-  c.status->add_flag("--json", c.status_json, "one JSON object (its schema: README.md)");
+  c.status->add_flag("--json", c.status_json,
+                     "one JSON object (its schema: docs/metrics-and-musterctl.md)");
 
   c.watch = app.add_subcommand(
       "watch",

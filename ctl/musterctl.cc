@@ -1,7 +1,7 @@
 // musterctl: an operator's client of a rendezvous (musterd, or an agent
 // hosting one). Subcommands:
 //   status  every job, or one job with its nodes and last failures; a table,
-//           or JSON (--json, the schema in README.md)
+//           or JSON (--json, the schema in docs/metrics-and-musterctl.md)
 //   watch   a job's events, one line each as it happens, until it closes
 //   stop    close a job: every agent stops its workers and exits 1
 //   health  gRPC's health check (grpc.health.v1) of the server: SERVING,
@@ -258,7 +258,7 @@ std::string ExclusionJson(const rdzv::Exclusion& exclusion) {
                       ", \"time\": ", JsonTime(exclusion.time_unix_ms()), "}");
 }
 
-// One job as JSON (README.md, "musterctl status --json"); with its nodes
+// One job as JSON (docs/metrics-and-musterctl.md, "musterctl status --json"); with its nodes
 // when the answer has them.
 std::string JobJson(const rdzv::StatusResponse& job, bool with_nodes) {
   std::vector<std::string> failures;
