@@ -54,6 +54,9 @@ OTHER_TOOLS = {
     "--max-request-bytes": "etcd",
     # Hugging Face accelerate's launcher, which --accelerate-config stands in for
     "--config_file": "accelerate launch",
+    # installing without root
+    "--strip-components": "tar",
+    "--no-index": "pip install",
 }
 
 # Placeholders the docs use for any option ("as `--opt value` or `--opt=value`").
