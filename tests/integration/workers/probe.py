@@ -4,7 +4,7 @@ with one forked from --preload's interpreter (issue 33).
   probe.py DIR [ARGS...]   (or python -m probe DIR, with workers/ on PYTHONPATH)
 
 Writes DIR/probe.<RANK>.<TORCHELASTIC_RESTART_COUNT>.json. With DIR/fail-once,
-rank 1 of the first attempt exits 1 once it has written it.
+rank 1 of the first attempt exits 1 once it and rank 0 have written theirs.
 """
 import json
 import os
@@ -12,6 +12,7 @@ import random
 import resource
 import signal
 import sys
+import time
 
 
 def record():
@@ -55,6 +56,12 @@ def main():
     os.replace(out + ".tmp", out)
     print(f"probe {rank} wrote {out}")
     if rank == "1" and restart == "0" and os.path.exists(os.path.join(directory, "fail-once")):
+        # Not before rank 0 has written its own: the failure stops it (at most 60 s).
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(directory, "probe.0.0.json")):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         sys.exit(1)
 
 
