@@ -314,6 +314,12 @@ absl::Status Invalid(absl::string_view file, absl::string_view problem, absl::st
       absl::StrCat("--accelerate-config ", file, ": ", problem, "; ", fix));
 }
 
+// Where YAML 1.1 made a plain word a boolean, how to write the word.
+std::string BooleanHint(const ConfigValue& value) {
+  if (value.kind != ConfigValue::Kind::kBool) return "";
+  return " (YAML reads a plain no, off, yes or on as a boolean: quote the word, e.g. 'no')";
+}
+
 // An integer setting, as accelerate's arithmetic needs it.
 absl::StatusOr<int64_t> IntOf(const Args& args, const std::string& key, absl::string_view file) {
   const ConfigValue& value = Get(args, key);
@@ -421,7 +427,7 @@ absl::Status CheckServed(const Args& cluster, absl::string_view file) {
                    "MULTI_GPU, FSDP and DEEPSPEED");
   }
   return Invalid(file, absl::StrCat("distributed_type ", type, " is not accelerate's"),
-                 "give MULTI_GPU, FSDP or DEEPSPEED");
+                 absl::StrCat("give MULTI_GPU, FSDP or DEEPSPEED", BooleanHint(type_value)));
 }
 
 // The prefix _validate_launch_command gives a dict's keys as they become arguments.
@@ -455,67 +461,134 @@ struct Paths {
   std::vector<std::string> deepspeed_fields;
 };
 
-// The nodes, workers and rendezvous, as prepare_multi_gpu_env (and
-// prepare_deepspeed_cmd_env on its torchrun path) give them to torchrun.
-absl::Status PlanNodes(Args& args, absl::string_view file, const AccelerateInputs& inputs,
-                       AccelerateLaunch& out) {
-  absl::StatusOr<int64_t> processes = IntOf(args, "num_processes", file);
-  absl::StatusOr<int64_t> machines = IntOf(args, "num_machines", file);
+// The port the file names (29500 when it names none), checked.
+absl::StatusOr<int64_t> PortOf(const Args& args, absl::string_view file) {
+  if (IsNone(args, "main_process_port")) return kDefaultPort;
+  absl::StatusOr<int64_t> port = IntOf(args, "main_process_port", file);
+  if (!port.ok()) return port.status();
+  if (*port < 0 || *port > 65535) {
+    return Invalid(file, absl::StrCat("main_process_port ", *port, " is no TCP port"),
+                   "give 1 to 65535, or 0 for a free one");
+  }
+  return *port;
+}
+
+// What _filter_args hands torchrun whatever the environment says: accelerate
+// launch's own values of the options its command line shares with torchrun's
+// (an empty value stands for None, and hides the PET_ variable too).
+void AcceleratesOwnOptions(const AccelerateInputs& inputs, AccelerateLaunch& out) {
+  out.options.insert({{"PET_MAX_RESTARTS", "0"},
+                      {"PET_MONITOR_INTERVAL", "0.1"},
+                      {"PET_ROLE", "default"},
+                      {"PET_TEE", "0"},
+                      {"PET_RDZV_CONF", ""},
+                      {"PET_LOG_DIR", ""},
+                      {"PET_MODULE", ""},
+                      {"PET_NO_PYTHON", ""}});
+  // Inside Slurm the allocation's rendezvous stands.
+  if (inputs.slurm_nodes == 0) out.options.insert({"PET_RDZV_BACKEND", "static"});
+}
+
+// Several machines: the head's endpoint, this machine's rank.
+absl::Status PlanMachines(const Args& args, int64_t machines, int64_t port, absl::string_view file,
+                          const AccelerateInputs& inputs, AccelerateLaunch& out) {
+  if (inputs.slurm_nodes > 0) {
+    if (inputs.slurm_nodes != machines) {
+      out.warnings.push_back(absl::StrCat(
+          "--accelerate-config ", file, ": num_machines is ", machines, " but the allocation has ",
+          inputs.slurm_nodes, " nodes: the allocation's count stands, with ",
+          out.options["PET_NPROC_PER_NODE"], " workers each (num_processes / num_machines)"));
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<int64_t> rank = IntOf(args, "machine_rank", file);
-  if (!processes.ok()) return processes.status();
-  if (!machines.ok()) return machines.status();
   if (!rank.ok()) return rank.status();
-  int64_t port = kDefaultPort;
-  if (!IsNone(args, "main_process_port")) {
-    absl::StatusOr<int64_t> given = IntOf(args, "main_process_port", file);
-    if (!given.ok()) return given.status();
-    port = *given;
+  out.options["PET_NNODES"] = std::to_string(machines);
+  out.options["PET_NODE_RANK"] = std::to_string(*rank);
+  // A flag naming the head stands for the file's address and port.
+  const bool head_given = inputs.flags.contains("PET_RDZV_ENDPOINT") ||
+                          inputs.flags.contains("PET_MASTER_ADDR") ||
+                          inputs.flags.contains("PET_STANDALONE");
+  if (head_given) return absl::OkStatus();
+  if (IsNone(args, "main_process_ip")) {
+    return Invalid(file, absl::StrCat("num_machines ", machines, " but no main_process_ip"),
+                   "give main_process_ip, the address of the machine with machine_rank 0 (or "
+                   "--rdzv-endpoint HOST:PORT)");
   }
-  if (*machines < 1) {
-    return Invalid(file, absl::StrCat("num_machines is ", *machines), "give 1 or more");
-  }
-  if (port == 0 && *machines > 1) {
+  if (port == 0) {
     return Invalid(file, "main_process_port 0 picks a different port on each machine",
                    "give the head's port");
   }
-  // num_processes -1 (absent): accelerate asks for --num_processes; muster's
-  // --nproc-per-node (or Slurm's count) says instead.
-  const bool nproc_known = *processes > 0;
-  if (*machines > 1) {
-    if (nproc_known) out.options["PET_NPROC_PER_NODE"] = std::to_string(*processes / *machines);
-    if (inputs.in_slurm) return absl::OkStatus();
-    if (IsNone(args, "main_process_ip")) {
-      return Invalid(file, absl::StrCat("num_machines ", *machines, " but no main_process_ip"),
-                     "give main_process_ip, the address of the machine with machine_rank 0");
-    }
-    const std::string ip = Get(args, "main_process_ip").PythonStr();
-    out.options["PET_NNODES"] = std::to_string(*machines);
-    out.options["PET_NODE_RANK"] = std::to_string(*rank);
-    out.options["PET_RDZV_BACKEND"] = Get(args, "rdzv_backend").PythonStr();
-    if (Get(args, "same_network").Truthy()) {
-      out.options["PET_MASTER_ADDR"] = ip;
-      out.options["PET_MASTER_PORT"] = std::to_string(port);
-    } else {
-      out.options["PET_RDZV_ENDPOINT"] = absl::StrCat(ip, ":", port);
-    }
-    if (*rank == 0 && inputs.port_in_use && inputs.port_in_use(static_cast<int>(port))) {
-      return Invalid(file, absl::StrCat("port ", port, " of this machine is in use"),
-                     "give another main_process_port");
-    }
-    return absl::OkStatus();
+  const std::string ip = Get(args, "main_process_ip").PythonStr();
+  if (Get(args, "same_network").Truthy()) {
+    out.options["PET_MASTER_ADDR"] = ip;
+    out.options["PET_MASTER_PORT"] = std::to_string(port);
+  } else {
+    out.options["PET_RDZV_ENDPOINT"] = absl::StrCat(ip, ":", port);
   }
-  if (nproc_known) out.options["PET_NPROC_PER_NODE"] = std::to_string(*processes);
-  if (inputs.in_slurm) return absl::OkStatus();
-  if (port == 0 || (inputs.port_in_use && inputs.port_in_use(static_cast<int>(port)))) {
-    if (port != 0) {
-      out.warnings.push_back(absl::StrCat("port ", port,
-                                          " is in use: launching standalone on a free port, as "
-                                          "accelerate does; give main_process_port to choose"));
+  if (*rank == 0 && inputs.port_in_use && inputs.port_in_use(static_cast<int>(port))) {
+    return Invalid(file, absl::StrCat("port ", port, " of this machine is in use"),
+                   "give another main_process_port");
+  }
+  return absl::OkStatus();
+}
+
+// One machine: its port, or standalone where the port is taken, as accelerate does.
+void PlanOneMachine(int64_t port, const AccelerateInputs& inputs, AccelerateLaunch& out) {
+  if (inputs.slurm_nodes > 0) return;
+  // A flag that chooses the port or the rendezvous stands, unchecked.
+  if (inputs.flags.contains("PET_MASTER_PORT") || inputs.flags.contains("PET_RDZV_ENDPOINT") ||
+      inputs.flags.contains("PET_STANDALONE")) {
+    return;
+  }
+  if (port == 0) {
+    const int free = inputs.free_port ? inputs.free_port() : 0;
+    if (free > 0) {
+      out.options["PET_MASTER_PORT"] = std::to_string(free);
+    } else {
+      out.options["PET_STANDALONE"] = "1";
     }
+    return;
+  }
+  if (inputs.port_in_use && inputs.port_in_use(static_cast<int>(port))) {
+    out.warnings.push_back(absl::StrCat("port ", port,
+                                        " is in use: launching standalone on a free port, as "
+                                        "accelerate does; give main_process_port to choose"));
     out.options["PET_STANDALONE"] = "1";
-    return absl::OkStatus();
+    return;
   }
   out.options["PET_MASTER_PORT"] = std::to_string(port);
+}
+
+// The nodes, workers and rendezvous, as prepare_multi_gpu_env (and
+// prepare_deepspeed_cmd_env on its torchrun path) give them to torchrun.
+absl::Status PlanNodes(const Args& args, absl::string_view file, const AccelerateInputs& inputs,
+                       AccelerateLaunch& out) {
+  absl::StatusOr<int64_t> processes = IntOf(args, "num_processes", file);
+  absl::StatusOr<int64_t> machines = IntOf(args, "num_machines", file);
+  absl::StatusOr<int64_t> port = PortOf(args, file);
+  if (!processes.ok()) return processes.status();
+  if (!machines.ok()) return machines.status();
+  if (!port.ok()) return port.status();
+  if (*machines < 1) {
+    return Invalid(file, absl::StrCat("num_machines is ", *machines), "give 1 or more");
+  }
+  AcceleratesOwnOptions(inputs, out);
+  if (*processes > 0) {
+    if (*processes < *machines) {
+      return Invalid(file,
+                     absl::StrCat("num_processes ", *processes, " over num_machines ", *machines,
+                                  " leaves a machine without a worker"),
+                     "give num_processes, the workers of all machines, at least num_machines");
+    }
+    out.options["PET_NPROC_PER_NODE"] = std::to_string(*processes / *machines);
+  } else if (!inputs.flags.contains("PET_NPROC_PER_NODE") && inputs.slurm_nodes == 0) {
+    // As accelerate: "You need to manually pass in --num_processes".
+    return Invalid(file, "no num_processes, the number of workers of all machines",
+                   "give num_processes in the file, or --nproc-per-node N");
+  }
+  if (*machines > 1) return PlanMachines(args, *machines, *port, file, inputs, out);
+  PlanOneMachine(*port, inputs, out);
   return absl::OkStatus();
 }
 
@@ -550,8 +623,9 @@ absl::Status CommonEnv(const Args& args, absl::string_view file,
   if (gpu_ids != "all" && !IsNone(args, "gpu_ids")) env["CUDA_VISIBLE_DEVICES"] = gpu_ids;
   const std::string precision = Lower(Get(args, "mixed_precision"));
   if (precision != "no" && precision != "fp8" && precision != "fp16" && precision != "bf16") {
-    return Invalid(file, absl::StrCat("mixed_precision ", precision, " is not accelerate's"),
-                   "give no, fp16, bf16 or fp8");
+    return Invalid(
+        file, absl::StrCat("mixed_precision ", precision, " is not accelerate's"),
+        absl::StrCat("give no, fp16, bf16 or fp8", BooleanHint(Get(args, "mixed_precision"))));
   }
   env["ACCELERATE_MIXED_PRECISION"] = precision;
   if (precision == "fp8") Fp8Env(args, env);
@@ -620,9 +694,9 @@ absl::Status MultiGpuEnv(const Args& args, const Paths& paths, absl::string_view
       "NO EAGER AOT_EAGER INDUCTOR AOT_TS_NVFUSER NVPRIMS_NVFUSER CUDAGRAPHS OFI FX2TRT ONNXRT "
       "TENSORRT AOT_TORCHXLA_TRACE_ONCE TORCHXLA_TRACE_ONCE TVM HPU_BACKEND";
   if (!Listed(kBackends, backend)) {
-    return Invalid(
-        file, absl::StrCat("dynamo_backend ", backend, " is not accelerate's"),
-        absl::StrCat("give one of ", absl::StrJoin(absl::StrSplit(kBackends, ' '), ", ")));
+    return Invalid(file, absl::StrCat("dynamo_backend ", backend, " is not accelerate's"),
+                   absl::StrCat("give one of ", absl::StrJoin(absl::StrSplit(kBackends, ' '), ", "),
+                                BooleanHint(Get(args, "dynamo_backend"))));
   }
   env["ACCELERATE_DYNAMO_BACKEND"] = backend;
   env["ACCELERATE_DYNAMO_MODE"] = Get(args, "dynamo_mode").PythonStr();

@@ -16,7 +16,10 @@
 //   not taken from the file, as accelerate 1.14 does not take it;
 // - fsdp_config's keys gain fsdp_, dynamo_config's dynamo_ and fp8_config's
 //   fp8_ when they lack it; deepspeed_config's and parallelism_config's go
-//   in as they are.
+//   in as they are;
+// - the torchrun options accelerate's own command line shares (max_restarts
+//   0, role default, monitor_interval 0.1, tee 0, rdzv_conf, log_dir,
+//   module, no_python) are accelerate's values, whatever PET_ variables say.
 // Where muster differs on purpose: a key no accelerate path reads is a
 // warning, not accelerate's error; accelerate's check for RTX 40x0 GPUs
 // (NCCL_P2P_DISABLE, NCCL_IB_DISABLE) is not made; inside Slurm the node
@@ -28,6 +31,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,11 +73,17 @@ ConfigValue TypePlainScalar(absl::string_view text, bool json);
 struct AccelerateInputs {
   // The launcher's own environment (OMP_NUM_THREADS, the MPI local sizes).
   std::function<std::optional<std::string>(const std::string&)> env;
-  // True inside a Slurm allocation: it gives the nodes and the rendezvous.
-  bool in_slurm = false;
+  // Inside a Slurm allocation, its node count (it gives the nodes and the
+  // rendezvous); 0 outside.
+  int slurm_nodes = 0;
+  // The options muster's command line gives as flags, by their variable's
+  // name (ParsedCommandLine::flags_given): they stand for the file's.
+  std::set<std::string> flags;
   // Whether something listens on this TCP port of this host already
   // (accelerate then launches one machine standalone).
   std::function<bool(int)> port_in_use;
+  // A TCP port free on this host now (main_process_port: 0); 0 when none.
+  std::function<int()> free_port;
   // The current directory, absolute (DeepSpeed's PYTHONPATH gets it).
   std::string cwd;
   int physical_cores = 1;

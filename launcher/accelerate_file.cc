@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
 
@@ -52,7 +53,14 @@ class Parser {
     if (*next != YAML_DOCUMENT_START_EVENT) return Error("expected a document");
     absl::StatusOr<yaml_event_type_t> first = Next();
     if (!first.ok()) return first.status();
-    return Value(0);
+    absl::StatusOr<ConfigValue> value = Value(0);
+    if (!value.ok()) return value.status();
+    // As yaml.safe_load: one document, and nothing after it.
+    if (absl::Status end = Expect(YAML_DOCUMENT_END_EVENT); !end.ok()) return end;
+    absl::StatusOr<yaml_event_type_t> after = Next();
+    if (!after.ok()) return after.status();
+    if (*after != YAML_STREAM_END_EVENT) return Error("several YAML documents; give one");
+    return value;
   }
 
  private:
@@ -161,6 +169,22 @@ bool PortInUse(int port) {
   return in_use;
 }
 
+// accelerate's get_free_port: the port the kernel gives a socket bound to port 0.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
 // psutil's cpu_count(logical=False): the distinct cores behind the online CPUs.
 int PhysicalCores() {
   std::set<std::string> cores;
@@ -175,7 +199,8 @@ int PhysicalCores() {
 
 }  // namespace
 
-absl::StatusOr<AccelerateLaunch> LoadAccelerateConfig(const std::string& given, bool in_slurm) {
+absl::StatusOr<AccelerateLaunch> LoadAccelerateConfig(const std::string& given, int slurm_nodes,
+                                                      const std::set<std::string>& flags) {
   const std::string path = given == "default" ? DefaultAccelerateConfigPath(GetEnv) : given;
   absl::StatusOr<ConfigValue> config = ReadAccelerateConfig(path);
   if (!config.ok()) {
@@ -184,8 +209,10 @@ absl::StatusOr<AccelerateLaunch> LoadAccelerateConfig(const std::string& given, 
   }
   char cwd[PATH_MAX];
   AccelerateInputs inputs{.env = GetEnv,
-                          .in_slurm = in_slurm,
+                          .slurm_nodes = slurm_nodes,
+                          .flags = flags,
                           .port_in_use = PortInUse,
+                          .free_port = FreePort,
                           .cwd = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : ".",
                           .physical_cores = PhysicalCores()};
   return TranslateAccelerateConfig(*config, path, inputs);
@@ -198,25 +225,32 @@ absl::StatusOr<ConfigValue> ParseAccelerateConfig(const std::string& text,
 }
 
 absl::StatusOr<ConfigValue> ReadAccelerateConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  const std::string fix =
+      "give the file `accelerate config` wrote (--accelerate-config default reads "
+      "$HF_HOME/accelerate/default_config.yaml)";
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) {
     const int error = errno;
     const std::string why = std::strerror(error);
-    if (error == EACCES) {
-      return absl::PermissionDeniedError(absl::StrCat(path, ": ", why));
-    }
-    return absl::NotFoundError(
-        absl::StrCat(path, ": ", why,
-                     "; give the file `accelerate config` wrote (--accelerate-config default reads "
-                     "$HF_HOME/accelerate/default_config.yaml)"));
+    if (error == EACCES) return absl::PermissionDeniedError(absl::StrCat(path, ": ", why));
+    return absl::NotFoundError(absl::StrCat(path, ": ", why, "; ", fix));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > kMaxBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": over 1 MiB, no accelerate config; give the file `accelerate config` wrote"));
+  if (!S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a file; ", fix));
   }
-  return ParseAccelerateConfig(text.str(), path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  // Read at most one byte past the bound, whatever the file's size says.
+  std::string text(kMaxBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": over 1 MiB, no accelerate config; ", fix));
+  }
+  return ParseAccelerateConfig(text, path);
 }
 
 }  // namespace muster

@@ -6,6 +6,7 @@
 #ifndef MUSTER_LAUNCHER_ACCELERATE_FILE_H_
 #define MUSTER_LAUNCHER_ACCELERATE_FILE_H_
 
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,7 +25,10 @@ absl::StatusOr<ConfigValue> ParseAccelerateConfig(const std::string& text, const
 // translated against this process: its environment, its directory, this
 // host's ports and cores. The caller sets the result's env in its own
 // environment, as accelerate does, and gives its options to ReadCommandLine.
-absl::StatusOr<AccelerateLaunch> LoadAccelerateConfig(const std::string& given, bool in_slurm);
+// `slurm_nodes`: the allocation's node count, 0 outside Slurm; `flags`:
+// ParsedCommandLine::flags_given.
+absl::StatusOr<AccelerateLaunch> LoadAccelerateConfig(const std::string& given, int slurm_nodes,
+                                                      const std::set<std::string>& flags);
 
 }  // namespace muster
 

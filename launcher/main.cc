@@ -34,7 +34,8 @@ absl::StatusOr<CommandLine> WithAccelerateConfig(const std::vector<std::string>&
       command.parsed.completion_shell) {
     return command;
   }
-  absl::StatusOr<AccelerateLaunch> launch = LoadAccelerateConfig(file, command.slurm.has_value());
+  absl::StatusOr<AccelerateLaunch> launch = LoadAccelerateConfig(
+      file, command.slurm ? command.slurm->nnodes : 0, command.parsed.flags_given);
   if (!launch.ok()) return launch.status();
   for (const std::string& warning : launch->warnings) {
     std::fprintf(stderr, "muster: warning: %s\n", warning.c_str());

@@ -1431,6 +1431,12 @@ absl::StatusOr<ParsedCommandLine> ParseOrThrow(const std::vector<std::string>& g
   if (!given.ok()) return given.status();
   absl::Status status = Apply(*given, parsed.config, parsed.warnings);
   if (!status.ok()) return status;
+  for (const OptionSpec& spec : kSpecs) {
+    const Given* from = given->Get(spec.key);
+    if (from != nullptr && from->env.empty() && !spec.env.empty()) {
+      parsed.flags_given.insert(std::string(spec.env));
+    }
+  }
   if (parsed.config.rdzv_conf.token_file.empty() && env) {
     std::optional<std::string> token_file = env(std::string(kTokenFileEnv));
     if (token_file) parsed.config.rdzv_conf.token_file = *token_file;

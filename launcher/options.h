@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct ParsedCommandLine {
   // Things the user asked for that were overridden, one line each, no trailing newline
   // (e.g. --rdzv-endpoint given with --standalone). The caller prints them.
   std::vector<std::string> warnings;
+  // The options given as flags (not from the environment), by their
+  // variable's name (PET_MASTER_PORT for --master-port).
+  std::set<std::string> flags_given;
 };
 
 // One option as a shell's completion sees it: every spelling ("-r",

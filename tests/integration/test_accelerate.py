@@ -11,10 +11,11 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import unittest
 
 import torch2
-from harness import HERE, ROOT, WORKERS, TempDirTest
+from harness import HERE, ROOT as REPO, TempDirTest, reserve_port
 
 # Differences between muster and torchrun, as test_torch2 explains them.
 EXPLAINED = {
@@ -106,25 +107,30 @@ WHY_NOT = torch2.TORCH214.available()
 class Accelerate(torch2.WithBundle, TempDirTest):
     """muster --accelerate-config and accelerate launch --config_file, side by side."""
 
+    ROOT = torch2.TORCH214
+
     def setUp(self):
         super().setUp()
         for script in (os.path.join(HERE, "accelerate_debian.py"),
                        os.path.join(HERE, "torchrun_debian.py"),
-                       os.path.join(ROOT, "examples", "accelerate_train.py")):
+                       os.path.join(REPO, "examples", "accelerate_train.py")):
             shutil.copy(script, self.tmp)
         shutil.copytree(os.path.join(HERE, "nolibuv"), self.path("nolibuv"))
 
-    def launch(self, launcher, config, *args, **extra_env):
+    def command(self, launcher, config, *args):
         """`launcher` ("muster" or "accelerate") with the config file
-        `config` (a name in self.tmp), run from self.tmp in the root."""
+        `config` (a name in self.tmp), from self.tmp: the root's command line."""
         if launcher == "muster":
             command = ["/opt/muster/bin/muster", "--accelerate-config", config, *args]
         else:
             command = ["/usr/bin/python3", "accelerate_debian.py", "--config_file", config,
                        *[a.replace("--no-python", "--no_python") for a in args]]
-        shell = f"cd {shlex.quote(self.tmp)} && exec {shlex.join(command)}"
-        return torch2.TORCH214.run(["/bin/sh", "-c", shell], self.bundle, self.tmp,
-                                   torch2.root_env(**extra_env), timeout=240)
+        return ["/bin/sh", "-c", f"cd {shlex.quote(self.tmp)} && exec {shlex.join(command)}"]
+
+    def launch(self, launcher, config, *args, **extra_env):
+        """command() run in the root; its CompletedProcess."""
+        return self.ROOT.run(self.command(launcher, config, *args), self.bundle, self.tmp,
+                             torch2.root_env(**extra_env), timeout=240)
 
     def write(self, name, text):
         with open(self.path(name), "w") as f:
@@ -177,13 +183,45 @@ class Accelerate(torch2.WithBundle, TempDirTest):
         self.assertEqual(records["muster"], records["accelerate"])
         # The control: without the file's bf16 the weights are not these.
         plain = self.path("plain.json")
-        result = torch2.TORCH214.run(
+        result = self.ROOT.run(
             ["/bin/sh", "-c", f"cd {shlex.quote(self.tmp)} && exec /opt/muster/bin/muster "
              f"--nproc-per-node 2 accelerate_train.py --out {plain}"],
             self.bundle, self.tmp, torch2.root_env(), timeout=240)
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(plain) as f:
             self.assertNotEqual(json.load(f)["params"], records["muster"]["params"])
+
+    def test_two_machines_give_accelerates_ranks_and_variables(self):
+        # Two machines on this host: machine 1 says its rank as each
+        # launcher spells it (accelerate's --machine_rank, muster's --node-rank).
+        port = reserve_port()
+        config = self.write("two.yaml", MULTI_GPU.replace("num_machines: 1", "num_machines: 2")
+                            .replace("num_processes: 2", "num_processes: 4")
+                            + f"main_process_ip: 127.0.0.1\nmain_process_port: {port}\n")
+        envs = {}
+        for launcher in ("muster", "accelerate"):
+            out = self.path(f"two-{launcher}")
+            os.mkdir(out)
+            rank_flag = ["--node-rank", "1"] if launcher == "muster" else ["--machine_rank", "1"]
+            script = ["--no-python", "/bin/sh", "-c", f"env > {out}/env.$RANK"]
+            procs = [self.start(launcher, config, *script),
+                     self.start(launcher, config, *rank_flag, *script)]
+            for proc in procs:
+                _, err = proc.communicate(timeout=240)
+                self.assertEqual(proc.returncode, 0, f"{launcher}: {err}")
+            envs[launcher] = torch2.read_environments(out, 4)
+        # muster's MASTER_PORT is its own --master-port (docs/accelerate.md).
+        torch2.assert_same_environments(self, envs["muster"], envs["accelerate"], EXPLAINED,
+                                        PER_RUN, MUSTER_ONLY)
+        self.assertEqual([e["GROUP_RANK"] for e in envs["muster"]], ["0", "0", "1", "1"])
+        self.assertEqual({e["WORLD_SIZE"] for e in envs["muster"]}, {"4"})
+
+    def start(self, launcher, config, *args):
+        """launch()'s command in the background; a Popen with text pipes."""
+        command = self.command(launcher, config, *args)
+        return subprocess.Popen(self.ROOT.enter_argv(command, self.bundle, self.tmp),
+                                env=torch2.root_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
 
     def test_muster_flags_win_over_the_file(self):
         config = self.write("multi_gpu.yaml", MULTI_GPU)

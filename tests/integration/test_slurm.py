@@ -69,6 +69,24 @@ class SlurmEnvironment(TempDirTest):
         self.assertEqual(sorted(r[2] for r in records), [0, 1])
         self.assertEqual({r[1] for r in records}, {2})
 
+    def test_an_accelerate_config_needs_no_flags_either(self):
+        # One file for every node (issue 34): its machine_rank and
+        # main_process_ip give way to the allocation; it gives the workers
+        # per node (num_processes / num_machines) and the variables.
+        config = self.path("accelerate.yaml")
+        with open(config, "w") as f:
+            f.write("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n"
+                    "mixed_precision: bf16\nnum_machines: 2\nnum_processes: 6\n"
+                    "machine_rank: 0\nmain_process_ip: 192.0.2.1\nmain_process_port: 6000\n")
+        codes, out, job_id = self.agents(MUSTER_ACCELERATE_CONFIG=config)
+        self.assertEqual(codes, [0, 0], [o[1][-2000:] for o in out])
+        records = worker_records(self.tmp)
+        self.assertEqual(sorted(r[2] for r in records), [0, 1, 2, 3, 4, 5])
+        self.assertEqual({r[1] for r in records}, {6})
+        self.assertEqual({r[3]["ACCELERATE_MIXED_PRECISION"] for r in records}, {"bf16"})
+        self.assertEqual({r[3]["TORCHELASTIC_RUN_ID"] for r in records}, {str(job_id)})
+        self.assertEqual({r[3]["GROUP_RANK"] for r in records}, {"0", "1"})
+
     def test_an_inconsistent_allocation_names_the_variables(self):
         for extra, says in [(dict(nnodes=2, nodelist="n[1-3]"), "SLURM_NNODES=2 but SLURM_JOB_NODELIST"),
                             (dict(nnodes=2, node_id=5), "SLURM_NODEID=5 but SLURM_NNODES=2"),

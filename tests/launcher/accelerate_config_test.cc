@@ -1,8 +1,11 @@
 #include "launcher/accelerate_config.h"
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,9 +52,24 @@ ConfigValue Parse(const std::string& text, const std::string& name = "config.yam
 
 struct Machine {
   Env env;
-  bool in_slurm = false;
+  int slurm_nodes = 0;
+  std::set<std::string> flags;
   std::vector<int> busy_ports;
 };
+
+// The torchrun options accelerate passes whatever the environment says.
+Env WithAcceleratesOwn(Env options, bool slurm = false) {
+  options.insert({{"PET_MAX_RESTARTS", "0"},
+                  {"PET_MONITOR_INTERVAL", "0.1"},
+                  {"PET_ROLE", "default"},
+                  {"PET_TEE", "0"},
+                  {"PET_RDZV_CONF", ""},
+                  {"PET_LOG_DIR", ""},
+                  {"PET_MODULE", ""},
+                  {"PET_NO_PYTHON", ""}});
+  if (!slurm) options.insert({"PET_RDZV_BACKEND", "static"});
+  return options;
+}
 
 absl::StatusOr<AccelerateLaunch> Translate(const std::string& text, const Machine& machine = {},
                                            const std::string& name = "config.yaml") {
@@ -61,7 +79,9 @@ absl::StatusOr<AccelerateLaunch> Translate(const std::string& text, const Machin
     if (it == machine.env.end()) return std::nullopt;
     return it->second;
   };
-  inputs.in_slurm = machine.in_slurm;
+  inputs.slurm_nodes = machine.slurm_nodes;
+  inputs.flags = machine.flags;
+  inputs.free_port = [] { return 40123; };
   inputs.port_in_use = [&machine](int port) {
     return std::find(machine.busy_ports.begin(), machine.busy_ports.end(), port) !=
            machine.busy_ports.end();
@@ -132,12 +152,35 @@ TEST(AccelerateFileTest, QuotedScalarsStayStringsAndJsonReadsAsJson) {
   EXPECT_EQ(json.fields[2].second.PythonStr(), "1000.0");
 }
 
+TEST(AccelerateFileTest, OnlyASmallRegularFileIsRead) {
+  const std::string dir = ::testing::TempDir();
+  absl::StatusOr<ConfigValue> read = ReadAccelerateConfig(dir);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.status().message(), HasSubstr("not a file"));
+  const std::string big = dir + "/accelerate_config_test_big.yaml";
+  {
+    std::ofstream out(big);
+    out << "a: " << std::string(2 << 20, 'x') << "\n";
+  }
+  read = ReadAccelerateConfig(big);
+  std::remove(big.c_str());
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.status().message(), HasSubstr("over 1 MiB"));
+  EXPECT_EQ(ReadAccelerateConfig(dir + "/no/such/file.yaml").status().code(),
+            absl::StatusCode::kNotFound);
+  // A device is no file, whatever it would give.
+  EXPECT_EQ(ReadAccelerateConfig("/dev/zero").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(AccelerateFileTest, BadYamlNamesTheFileAndLine) {
   absl::StatusOr<ConfigValue> parsed = ParseAccelerateConfig("a: 1\nb: [1,\n", "bad.yaml");
   ASSERT_FALSE(parsed.ok());
   EXPECT_THAT(parsed.status().message(), HasSubstr("bad.yaml:"));
   EXPECT_THAT(parsed.status().message(), HasSubstr("not YAML"));
   EXPECT_FALSE(ParseAccelerateConfig("a: &x 1\nb: *x\n", "alias.yaml").ok());
+  absl::StatusOr<ConfigValue> two = ParseAccelerateConfig("a: 1\n---\nb: 2\n", "two.yaml");
+  ASSERT_FALSE(two.ok());
+  EXPECT_THAT(two.status().message(), HasSubstr("several YAML documents"));
 }
 
 TEST(AccelerateConfigTest, AMultiGpuConfigGivesAcceleratesVariables) {
@@ -151,7 +194,8 @@ TEST(AccelerateConfigTest, AMultiGpuConfigGivesAcceleratesVariables) {
                              {"OMP_NUM_THREADS", "1"}}));
   // accelerate 1.14 takes neither same_network nor enable_cpu_affinity from
   // the file: its argparse defaults are not None.
-  EXPECT_EQ(launch.options, (Env{{"PET_NPROC_PER_NODE", "4"}, {"PET_MASTER_PORT", "29500"}}));
+  EXPECT_EQ(launch.options,
+            WithAcceleratesOwn({{"PET_NPROC_PER_NODE", "4"}, {"PET_MASTER_PORT", "29500"}}));
   EXPECT_THAT(launch.warnings, IsEmpty());
 }
 
@@ -172,11 +216,10 @@ machine_rank: 1
 main_process_ip: 10.0.0.1
 main_process_port: 6000
 )";
-  EXPECT_EQ(Ok(config).options, (Env{{"PET_NPROC_PER_NODE", "8"},
-                                     {"PET_NNODES", "2"},
-                                     {"PET_NODE_RANK", "1"},
-                                     {"PET_RDZV_BACKEND", "static"},
-                                     {"PET_RDZV_ENDPOINT", "10.0.0.1:6000"}}));
+  EXPECT_EQ(Ok(config).options, WithAcceleratesOwn({{"PET_NPROC_PER_NODE", "8"},
+                                                    {"PET_NNODES", "2"},
+                                                    {"PET_NODE_RANK", "1"},
+                                                    {"PET_RDZV_ENDPOINT", "10.0.0.1:6000"}}));
   EXPECT_THAT(Error("distributed_type: MULTI_GPU\nnum_machines: 2\nnum_processes: 4\n"),
               HasSubstr("no main_process_ip"));
   // Machine 0 checks its own port, as accelerate does: in use is an error there.
@@ -185,18 +228,57 @@ main_process_port: 6000
   std::string head = config;
   head.replace(head.find("machine_rank: 1"), 15, "machine_rank: 0");
   EXPECT_THAT(Error(head, busy), HasSubstr("port 6000 of this machine is in use"));
+  // A flag naming the head stands for the file's: neither checked nor needed.
+  busy.flags = {"PET_RDZV_ENDPOINT"};
+  EXPECT_THAT(Ok(head, busy).options, Not(Contains(Key("PET_RDZV_ENDPOINT"))));
+  EXPECT_TRUE(
+      Translate("distributed_type: MULTI_GPU\nnum_machines: 2\nnum_processes: 4\n", busy).ok());
 }
 
 TEST(AccelerateConfigTest, InsideSlurmTheAllocationGivesTheNodesAndRendezvous) {
   Machine slurm;
-  slurm.in_slurm = true;
+  slurm.slurm_nodes = 2;
   const std::string config = R"(distributed_type: MULTI_GPU
 num_machines: 2
 num_processes: 16
 machine_rank: 0
 main_process_ip: 10.0.0.1
 )";
-  EXPECT_EQ(Ok(config, slurm).options, (Env{{"PET_NPROC_PER_NODE", "8"}}));
+  AccelerateLaunch launch = Ok(config, slurm);
+  EXPECT_EQ(launch.options, WithAcceleratesOwn({{"PET_NPROC_PER_NODE", "8"}}, true));
+  EXPECT_THAT(launch.warnings, IsEmpty());
+  // An allocation of another size stands, said once.
+  slurm.slurm_nodes = 4;
+  launch = Ok(config, slurm);
+  EXPECT_THAT(launch.warnings,
+              ElementsAre(HasSubstr("num_machines is 2 but the allocation has 4 nodes")));
+  // No num_processes: the allocation's count of workers.
+  EXPECT_TRUE(Translate("distributed_type: MULTI_GPU\nnum_machines: 2\n", slurm).ok());
+}
+
+TEST(AccelerateConfigTest, NoNumProcessesIsAnErrorUnlessAFlagGivesTheWorkers) {
+  EXPECT_THAT(Error("distributed_type: MULTI_GPU\n"),
+              AllOf(HasSubstr("no num_processes"), HasSubstr("--nproc-per-node N")));
+  Machine flagged;
+  flagged.flags = {"PET_NPROC_PER_NODE"};
+  EXPECT_THAT(Ok("distributed_type: MULTI_GPU\n", flagged).options,
+              Not(Contains(Key("PET_NPROC_PER_NODE"))));
+  EXPECT_THAT(Error("distributed_type: MULTI_GPU\nnum_processes: 1\nnum_machines: 2\n"
+                    "main_process_ip: h\n"),
+              HasSubstr("leaves a machine without a worker"));
+}
+
+TEST(AccelerateConfigTest, PortZeroIsAFreePortAndAFlagsPortIsNotChecked) {
+  EXPECT_THAT(Ok(std::string(kMultiGpu) + "main_process_port: 0\n").options,
+              Contains(Pair("PET_MASTER_PORT", "40123")));
+  EXPECT_THAT(Error(std::string(kMultiGpu) + "main_process_port: 70000\n"),
+              HasSubstr("main_process_port 70000 is no TCP port"));
+  Machine busy;
+  busy.busy_ports = {29500};
+  busy.flags = {"PET_MASTER_PORT"};
+  const AccelerateLaunch launch = Ok(kMultiGpu, busy);
+  EXPECT_THAT(launch.options, Not(Contains(Key("PET_STANDALONE"))));
+  EXPECT_THAT(launch.warnings, IsEmpty());
 }
 
 TEST(AccelerateConfigTest, OneMachineWhosePortIsTakenGoesStandalone) {
@@ -241,7 +323,8 @@ parallelism_config:
   EXPECT_THAT(env, Contains(Pair("PARALLELISM_CONFIG_TP_SIZE", "1")));
   EXPECT_THAT(env, Contains(Pair("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "allgather")));
   EXPECT_THAT(env, Not(Contains(Key("PARALLELISM_CONFIG_SP_SEQ_LENGTH"))));
-  EXPECT_THAT(Error("distributed_type: FSDP\nfsdp_config:\n  sync_module_states: false\n"),
+  EXPECT_THAT(Error("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n"
+                    "  sync_module_states: false\n"),
               HasSubstr("fsdp_cpu_ram_efficient_loading needs fsdp_sync_module_states"));
 }
 
@@ -323,10 +406,13 @@ TEST(AccelerateConfigTest, PathsMusterDoesNotServeNameTheLauncherToUse) {
 }
 
 TEST(AccelerateConfigTest, BadValuesNameTheKeyAndTheFix) {
-  EXPECT_THAT(Error("distributed_type: MULTI_GPU\nmixed_precision: fp32\n"),
+  EXPECT_THAT(Error("distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: fp32\n"),
               AllOf(HasSubstr("mixed_precision fp32"), HasSubstr("give no, fp16, bf16 or fp8")));
-  EXPECT_THAT(Error("distributed_type: MULTI_GPU\ndynamo_config:\n  dynamo_backend: NO\n"),
-              HasSubstr("dynamo_backend FALSE"));  // YAML 1.1's NO: quote it
+  EXPECT_THAT(Error("distributed_type: MULTI_GPU\nnum_processes: 2\n"
+                    "dynamo_config:\n  dynamo_backend: NO\n"),
+              AllOf(HasSubstr("dynamo_backend FALSE"), HasSubstr("quote the word")));
+  EXPECT_THAT(Error("distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: no\n"),
+              AllOf(HasSubstr("mixed_precision false"), HasSubstr("quote the word, e.g. 'no'")));
   EXPECT_THAT(Error("distributed_type: MULTI_GPU\nnum_processes: two\n"),
               HasSubstr("num_processes is two, not a whole number"));
   EXPECT_THAT(Error("distributed_type: MULTI_GPU\nnum_processes: 2\ngpu_ids: '3'\n"),
@@ -351,7 +437,7 @@ TEST(AccelerateConfigTest, TheDefaultPathIsAcceleratesUnderHfHome) {
 
 TEST(AccelerateConfigTest, MusterFlagsWinOverTheFileAndTheFileOverPetVariables) {
   AccelerateLaunch launch = Ok(kMultiGpu);
-  const Env env = {{"PET_NPROC_PER_NODE", "7"}, {"PET_MAX_RESTARTS", "3"}};
+  const Env env = {{"PET_NPROC_PER_NODE", "7"}, {"PET_MAX_RESTARTS", "3"}, {"PET_REDIRECTS", "3"}};
   auto lookup = [&env](const std::string& name) -> std::optional<std::string> {
     auto it = env.find(name);
     if (it == env.end()) return std::nullopt;
@@ -362,7 +448,9 @@ TEST(AccelerateConfigTest, MusterFlagsWinOverTheFileAndTheFileOverPetVariables) 
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->parsed.config.nproc_per_node, 4);  // the file, over PET_
   EXPECT_EQ(read->parsed.config.master_port, 7000);  // the flag, over the file
-  EXPECT_EQ(read->parsed.config.max_restarts, 3);    // PET_, which the file does not set
+  EXPECT_EQ(read->parsed.config.max_restarts, 0);    // accelerate's own, over PET_
+  EXPECT_TRUE(read->parsed.config.redirects.all);    // PET_, which accelerate does not pass
+  EXPECT_EQ(read->parsed.flags_given, (std::set<std::string>{"PET_MASTER_PORT"}));
 }
 
 }  // namespace
