@@ -3,7 +3,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <regex>
 #include <set>
 #include <string>
 #include <system_error>
@@ -19,6 +18,15 @@
 #include "absl/strings/str_split.h"
 
 namespace muster {
+
+ConfigValue::ConfigValue() = default;
+ConfigValue::~ConfigValue() = default;
+ConfigValue::ConfigValue(const ConfigValue&) = default;
+ConfigValue::ConfigValue(ConfigValue&&) noexcept = default;
+ConfigValue& ConfigValue::operator=(const ConfigValue&) = default;
+ConfigValue& ConfigValue::operator=(ConfigValue&&) noexcept = default;
+
+ConfigValue ConfigValue::None() { return ConfigValue(); }
 
 ConfigValue ConfigValue::Bool(bool b) {
   ConfigValue v;
@@ -133,6 +141,67 @@ bool ConfigValue::Truthy() const {
   return false;
 }
 
+namespace {
+
+// Whether `name` is one of the space-separated words of `list`.
+bool Listed(absl::string_view list, absl::string_view name) {
+  for (absl::string_view word : absl::StrSplit(list, ' ', absl::SkipEmpty())) {
+    if (word == name) return true;
+  }
+  return false;
+}
+
+// The length of the run of `s` from `at` made of `chars`.
+size_t Run(absl::string_view s, size_t at, absl::string_view chars) {
+  size_t end = at;
+  while (end < s.size() && chars.find(s[end]) != absl::string_view::npos) ++end;
+  return end - at;
+}
+
+constexpr absl::string_view kDigits = "0123456789";
+constexpr absl::string_view kDigitsOr_ = "0123456789_";
+
+// PyYAML's int: [-+]?(0b[01_]+|0[0-7_]+|0|[1-9][0-9_]*|0x[0-9a-fA-F_]+).
+bool IsYamlInt(absl::string_view s) {
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  if (s.empty()) return false;
+  if (absl::StartsWith(s, "0b")) return s.size() > 2 && Run(s, 2, "01_") == s.size() - 2;
+  if (absl::StartsWith(s, "0x")) {
+    return s.size() > 2 && Run(s, 2, "0123456789abcdefABCDEF_") == s.size() - 2;
+  }
+  if (s[0] == '0') return Run(s, 1, "01234567_") == s.size() - 1;
+  return s[0] != '_' && Run(s, 0, kDigitsOr_) == s.size();
+}
+
+// An exponent [eE][-+][0-9]+ at `at`, or nothing: where it ends, or npos if malformed.
+size_t Exponent(absl::string_view s, size_t at) {
+  if (at == s.size()) return at;
+  if ((s[at] != 'e' && s[at] != 'E') || at + 1 >= s.size() ||
+      (s[at + 1] != '-' && s[at + 1] != '+')) {
+    return absl::string_view::npos;
+  }
+  const size_t digits = Run(s, at + 2, kDigits);
+  return digits == 0 ? absl::string_view::npos : at + 2 + digits;
+}
+
+// PyYAML's float: [-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)? | \.[0-9][0-9_]*(exp)? |
+// [-+]?\.(inf|Inf|INF) | \.(nan|NaN|NAN).
+bool IsYamlFloat(absl::string_view s) {
+  if (Listed(".nan .NaN .NAN", s)) return true;
+  if (!s.empty() && s[0] == '.') {
+    return s.size() > 1 && kDigits.find(s[1]) != absl::string_view::npos &&
+           Exponent(s, 2 + Run(s, 2, kDigitsOr_)) == s.size();
+  }
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  if (Listed(".inf .Inf .INF", s)) return true;
+  if (s.empty() || kDigits.find(s[0]) == absl::string_view::npos) return false;
+  const size_t point = 1 + Run(s, 1, kDigitsOr_);
+  if (point >= s.size() || s[point] != '.') return false;
+  return Exponent(s, point + 1 + Run(s, point + 1, kDigitsOr_)) == s.size();
+}
+
+}  // namespace
+
 ConfigValue TypePlainScalar(absl::string_view text, bool json) {
   const std::string s(text);
   if (json) {
@@ -147,19 +216,12 @@ ConfigValue TypePlainScalar(absl::string_view text, bool json) {
     return ConfigValue::String(s);
   }
   // PyYAML's implicit resolvers (resolver.py), for the forms a config holds.
-  static const std::regex kNull("~|null|Null|NULL|");
-  static const std::regex kBool(
-      "yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF");
-  static const std::regex kInt("[-+]?(0b[01_]+|0[0-7_]+|0|[1-9][0-9_]*|0x[0-9a-fA-F_]+)");
-  static const std::regex kFloat(
-      "[-+]?([0-9][0-9_]*)\\.[0-9_]*([eE][-+][0-9]+)?|\\.[0-9][0-9_]*([eE][-+][0-9]+)?|"
-      "[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN)");
-  if (std::regex_match(s, kNull)) return ConfigValue::None();
-  if (std::regex_match(s, kBool)) {
+  if (Listed("~ null Null NULL", s) || s.empty()) return ConfigValue::None();
+  if (Listed("yes Yes YES no No NO true True TRUE false False FALSE on On ON off Off OFF", s)) {
     const std::string lower = absl::AsciiStrToLower(s);
     return ConfigValue::Bool(lower == "yes" || lower == "true" || lower == "on");
   }
-  if (std::regex_match(s, kInt)) {
+  if (IsYamlInt(s)) {
     std::string digits = absl::StrReplaceAll(s, {{"_", ""}});
     const bool negative = digits[0] == '-';
     if (digits[0] == '-' || digits[0] == '+') digits.erase(0, 1);
@@ -180,7 +242,7 @@ ConfigValue TypePlainScalar(absl::string_view text, bool json) {
     }
     return ConfigValue::String(s);
   }
-  if (std::regex_match(s, kFloat)) {
+  if (IsYamlFloat(s)) {
     std::string lower = absl::AsciiStrToLower(absl::StrReplaceAll(s, {{"_", ""}}));
     if (absl::StrContains(lower, "inf")) {
       return ConfigValue::Float(lower[0] == '-' ? -HUGE_VAL : HUGE_VAL);
@@ -289,14 +351,6 @@ std::vector<std::pair<std::string, ConfigValue>> ClusterDefaults() {
       {"tpu_env", none},
       {"dynamo_config", empty_map},
   };
-}
-
-// Whether `name` is one of the space-separated words of `list`.
-bool Listed(absl::string_view list, absl::string_view name) {
-  for (absl::string_view word : absl::StrSplit(list, ' ', absl::SkipEmpty())) {
-    if (word == name) return true;
-  }
-  return false;
 }
 
 const ConfigValue& Get(const Args& args, const std::string& key) {

@@ -53,7 +53,15 @@ struct ConfigValue {
   std::vector<ConfigValue> items;                           // kList
   std::vector<std::pair<std::string, ConfigValue>> fields;  // kMap, in the file's order
 
-  static ConfigValue None() { return {}; }
+  // Out of line: the members hold ConfigValue, complete only after this class.
+  ConfigValue();
+  ~ConfigValue();
+  ConfigValue(const ConfigValue&);
+  ConfigValue(ConfigValue&&) noexcept;
+  ConfigValue& operator=(const ConfigValue&);
+  ConfigValue& operator=(ConfigValue&&) noexcept;
+
+  static ConfigValue None();
   static ConfigValue Bool(bool b);
   static ConfigValue Int(int64_t i);
   static ConfigValue Float(double d);

@@ -135,6 +135,19 @@ TEST(ConfigValueTest, PlainScalarsAreTypedAsPyYamlSafeLoaderTypesThem) {
   EXPECT_EQ(TypePlainScalar("1.0", false).kind, ConfigValue::Kind::kFloat);
   EXPECT_EQ(TypePlainScalar("1e8", false).kind, ConfigValue::Kind::kString);  // no dot: a string
   EXPECT_EQ(TypePlainScalar("0,1", false).text, "0,1");
+  // Each as PyYAML 6 (python3-yaml) reads it.
+  const std::map<std::string, std::string> seen = {
+      {"1.5e+3", "1500.0"},  {"1.5e3", "'1.5e3'"}, {".5", "0.5"},      {"-.inf", "-inf"},
+      {"+1_0", "10"},        {"0o17", "'0o17'"},   {"1.", "1.0"},      {"_1", "'_1'"},
+      {"0b101", "5"},        {"0x_1F", "31"},      {"08", "'08'"},     {"-0", "0"},
+      {"1_000.5", "1000.5"}, {".e1", "'.e1'"},     {"1e+5", "'1e+5'"}, {"0.", "0.0"},
+      {"-.5", "'-.5'"}};
+  for (const auto& [text, python] : seen) {
+    const ConfigValue value = TypePlainScalar(text, false);
+    const std::string shown =
+        value.kind == ConfigValue::Kind::kString ? "'" + value.text + "'" : value.PythonStr();
+    EXPECT_EQ(shown, python) << text;
+  }
   EXPECT_EQ(TypePlainScalar("1e8", true).kind, ConfigValue::Kind::kFloat);  // JSON's number
   EXPECT_EQ(TypePlainScalar("NO", true).kind, ConfigValue::Kind::kString);
 }
