@@ -1,9 +1,7 @@
 #include "agent/agent.h"
 
-#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +32,7 @@
 #include "agent/site_command.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
+#include "common/free_port.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_handle.h"
@@ -69,20 +68,6 @@ constexpr absl::Duration kStackLimit = absl::Seconds(2);
 constexpr absl::Duration kTimerStackLimit = absl::Milliseconds(1350);
 // How long --on-node-excluded may run before it is killed.
 constexpr absl::Duration kSiteCommandLimit = absl::Seconds(60);
-
-// A port that was free a moment ago, for MASTER_PORT. PyTorch's rank 0 binds
-// it itself (TORCHELASTIC_USE_AGENT_STORE=False), so it is picked as late as possible.
-int PickFreePort() {
-  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return 0;
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return 0;
-  socklen_t len = sizeof(addr);
-  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
-  return ntohs(addr.sin_port);
-}
 
 std::string RandomSuffix() {
   static const char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -677,6 +662,8 @@ void Agent::Impl::Do(const action::Join& join) {
   node->set_advertised_addr(options_.advertised_addr);
   node->set_local_world_size(options_.nproc);
   node->set_node_rank_hint(config_.node_rank_given ? config_.node_rank : -1);
+  // For MASTER_PORT: PyTorch's rank 0 binds it itself
+  // (TORCHELASTIC_USE_AGENT_STORE=False), so it is picked as late as possible.
   node->set_master_port_candidate(PickFreePort());
   request.set_node_secret(node_secret_);  // empty on the first join
   request.set_protocol_version(rdzv::kProtocolVersion);

@@ -21,7 +21,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/free_port.h"
 #include "common/process_env.h"
+#include "common/unique_handle.h"
 
 namespace muster {
 namespace {
@@ -158,31 +160,13 @@ class Parser {
 
 // accelerate's is_port_in_use: something accepts a connection on localhost:port.
 bool PortInUse(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return false;
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool in_use = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-  close(fd);
-  return in_use;
-}
-
-// accelerate's get_free_port: the port the kernel gives a socket bound to port 0.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
+  return connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
 }
 
 // psutil's cpu_count(logical=False): the distinct cores behind the online CPUs.
@@ -212,7 +196,7 @@ absl::StatusOr<AccelerateLaunch> LoadAccelerateConfig(const std::string& given, 
                           .slurm_nodes = slurm_nodes,
                           .flags = flags,
                           .port_in_use = PortInUse,
-                          .free_port = FreePort,
+                          .free_port = PickFreePort,  // accelerate's get_free_port
                           .cwd = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : ".",
                           .physical_cores = PhysicalCores()};
   return TranslateAccelerateConfig(*config, path, inputs);

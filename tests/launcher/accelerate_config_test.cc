@@ -44,6 +44,15 @@ dynamo_config:
   dynamo_use_fullgraph: true
 )";
 
+// The variables of `env` as an environment.
+EnvLookup LookupIn(Env env) {
+  return [env = std::move(env)](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
 ConfigValue Parse(const std::string& text, const std::string& name = "config.yaml") {
   absl::StatusOr<ConfigValue> parsed = ParseAccelerateConfig(text, name);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
@@ -74,11 +83,7 @@ Env WithAcceleratesOwn(Env options, bool slurm = false) {
 absl::StatusOr<AccelerateLaunch> Translate(const std::string& text, const Machine& machine = {},
                                            const std::string& name = "config.yaml") {
   AccelerateInputs inputs;
-  inputs.env = [&machine](const std::string& var) -> std::optional<std::string> {
-    auto it = machine.env.find(var);
-    if (it == machine.env.end()) return std::nullopt;
-    return it->second;
-  };
+  inputs.env = LookupIn(machine.env);
   inputs.slurm_nodes = machine.slurm_nodes;
   inputs.flags = machine.flags;
   inputs.free_port = [] { return 40123; };
@@ -433,31 +438,19 @@ TEST(AccelerateConfigTest, BadValuesNameTheKeyAndTheFix) {
 }
 
 TEST(AccelerateConfigTest, TheDefaultPathIsAcceleratesUnderHfHome) {
-  auto lookup = [](Env env) {
-    return [env](const std::string& name) -> std::optional<std::string> {
-      auto it = env.find(name);
-      if (it == env.end()) return std::nullopt;
-      return it->second;
-    };
-  };
-  EXPECT_EQ(DefaultAccelerateConfigPath(lookup({{"HOME", "/home/me"}})),
+  EXPECT_EQ(DefaultAccelerateConfigPath(LookupIn({{"HOME", "/home/me"}})),
             "/home/me/.cache/huggingface/accelerate/default_config.yaml");
-  EXPECT_EQ(DefaultAccelerateConfigPath(lookup({{"HOME", "/h"}, {"XDG_CACHE_HOME", "/c"}})),
+  EXPECT_EQ(DefaultAccelerateConfigPath(LookupIn({{"HOME", "/h"}, {"XDG_CACHE_HOME", "/c"}})),
             "/c/huggingface/accelerate/default_config.yaml");
-  EXPECT_EQ(DefaultAccelerateConfigPath(lookup({{"HOME", "/h"}, {"HF_HOME", "/hf"}})),
+  EXPECT_EQ(DefaultAccelerateConfigPath(LookupIn({{"HOME", "/h"}, {"HF_HOME", "/hf"}})),
             "/hf/accelerate/default_config.yaml");
 }
 
 TEST(AccelerateConfigTest, MusterFlagsWinOverTheFileAndTheFileOverPetVariables) {
   AccelerateLaunch launch = Ok(kMultiGpu);
   const Env env = {{"PET_NPROC_PER_NODE", "7"}, {"PET_MAX_RESTARTS", "3"}, {"PET_REDIRECTS", "3"}};
-  auto lookup = [&env](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
   absl::StatusOr<CommandLine> read =
-      ReadCommandLine({"muster", "--master-port", "7000", "train.py"}, lookup, &launch);
+      ReadCommandLine({"muster", "--master-port", "7000", "train.py"}, LookupIn(env), &launch);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->parsed.config.nproc_per_node, 4);  // the file, over PET_
   EXPECT_EQ(read->parsed.config.master_port, 7000);  // the flag, over the file
