@@ -4,23 +4,23 @@
 through a private mount namespace, so nothing of the host stays mounted in
 it.
 
-muster goes in as scripts/gpu-bundle packs it (its libraries beside it,
-found through its RPATH), so it runs there as on a machine whose only
+muster goes in as the dist target packs it (packaging/dist.py: its
+libraries beside it, found through its RPATH), so it runs there as on a machine whose only
 Python is that root's, with its torch. The test's directory is mounted at
 the same path inside, and the host's /etc/hosts, so this host's name
 resolves."""
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
-from harness import MUSTER
+from harness import MUSTER, ROOT as ROOT_DIR
+
+sys.path.insert(0, os.path.join(ROOT_DIR, "packaging"))
+import dist  # noqa: E402
 
 BUNDLE_IN_ROOT = "/opt/muster"
-
-# The libraries the bundle leaves to the root: glibc's and the C++ runtime.
-_SYSTEM_LIB = ("linux-vdso", "ld-linux", "libc.so", "libm.so", "libdl.so", "libpthread.so",
-               "librt.so", "libresolv.so", "libstdc++.so", "libgcc_s.so")
 
 _ENTER = r"""set -e
 root=$1; shift; bundle=$1; shift; work=$1; shift
@@ -76,23 +76,9 @@ TORCH214 = Root("2.14", "sid", os.environ.get("MUSTER_TORCH214_ROOT",
 
 
 def make_bundle(directory):
-    """muster, its libraries beside it in lib/, with an RPATH to them."""
-    bin_dir = os.path.join(directory, "bin")
-    lib_dir = os.path.join(directory, "lib")
-    os.makedirs(bin_dir)
-    os.makedirs(lib_dir)
-    binary = os.path.join(bin_dir, "muster")
-    shutil.copy(MUSTER, binary)
-    subprocess.run(["strip", "--strip-debug", binary], check=True)
-    ldd = subprocess.run(["ldd", MUSTER], capture_output=True, text=True, check=True).stdout
-    for line in ldd.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[1] == "=>" and parts[2].startswith("/"):
-            if not parts[0].startswith(_SYSTEM_LIB):
-                shutil.copy(parts[2], os.path.join(lib_dir, parts[0]))
-    # DT_RPATH, not RUNPATH: it also serves the libraries' own dependencies.
-    subprocess.run(["patchelf", "--force-rpath", "--set-rpath", "$ORIGIN/../lib", binary],
-                   check=True)
+    """muster as the dist target packs it (packaging/dist.py): bin/muster,
+    its libraries in lib/muster/, found through its RPATH."""
+    dist.stage([MUSTER], ROOT_DIR, directory)
     return directory
 
 
