@@ -413,6 +413,11 @@ std::vector<RendezvousState::JobFigures> RendezvousHub::Figures() {
   return state_.Figures(clock_.Now());
 }
 
+std::vector<JournalRecord> RendezvousHub::Snapshot() {
+  absl::MutexLock lock(&mu_);
+  return state_.Snapshot();
+}
+
 RendezvousHub::JobCount RendezvousHub::CountJobs() {
   absl::MutexLock lock(&mu_);
   return {state_.open_job_count(), state_.job_count()};

@@ -45,7 +45,7 @@ struct HubOptions {
   // kept. The hub writes each change's records and makes them durable
   // before anything that depends on them leaves it (an answer, a pushed
   // event), and compacts the journal when it grows.
-  std::shared_ptr<Journal> journal;
+  std::shared_ptr<JournalWriter> journal;
   // Read back from `journal` as it opened: the state starts from them, its
   // timers from now (RendezvousState::Restore).
   std::vector<JournalRecord> restore;
@@ -151,6 +151,9 @@ class RendezvousHub {
   JobCount CountJobs();
   // Every job's figures, for the metrics (RendezvousState::Figures).
   std::vector<RendezvousState::JobFigures> Figures();
+  // The durable state, as the journal would be compacted to it
+  // (RendezvousState::Snapshot): what a restart from the journal must give back.
+  std::vector<JournalRecord> Snapshot();
 
   // Runs every deadline due at the clock's now, as the timer thread does
   // when it wakes, and delivers what follows (failed joins, completed
@@ -206,7 +209,7 @@ class RendezvousHub {
   void TimerLoop();
 
   const Clock& clock_;
-  const std::shared_ptr<Journal> journal_;
+  const std::shared_ptr<JournalWriter> journal_;
   const std::function<void(const absl::Status&)> on_journal_failure_;
   const std::function<void(const JobEvent&)> on_event_;
   std::atomic<bool> journal_failed_{false};

@@ -49,7 +49,21 @@ struct Replayed {
   uint64_t dropped_bytes = 0;
 };
 
-class Journal {
+// Where a hub writes its durable changes: the file (Journal), or a
+// simulation's memory (tests/sim). See Journal for what each call means.
+class JournalWriter {
+ public:
+  virtual ~JournalWriter() = default;
+  virtual absl::StatusOr<uint64_t> Append(const std::vector<JournalRecord>& records) = 0;
+  virtual absl::Status SyncTo(uint64_t position) = 0;
+  virtual uint64_t written() const = 0;
+  virtual bool WantsCompaction() const = 0;
+  virtual absl::Status Compact(const std::vector<JournalRecord>& snapshot) = 0;
+  // Where it is kept, for messages.
+  virtual const std::string& path() const = 0;
+};
+
+class Journal final : public JournalWriter {
  public:
   // Opens DIR/journal, making DIR (mode 0700) and the file (mode 0600) if
   // they do not exist, and reads it back into *replayed. A torn or corrupt
@@ -67,28 +81,28 @@ class Journal {
   // Writes `records` at the end of the file: in the page cache, not yet
   // durable. Returns the position to give SyncTo. After an error every
   // later call fails with it: the journal no longer says what the state is.
-  absl::StatusOr<uint64_t> Append(const std::vector<JournalRecord>& records);
+  absl::StatusOr<uint64_t> Append(const std::vector<JournalRecord>& records) override;
 
   // Returns once everything appended up to `position` is on disk. Callers
   // that come while an fdatasync runs wait for it, and the next one covers
   // them all: a burst of changes costs one or two fdatasyncs, not one each.
-  absl::Status SyncTo(uint64_t position);
+  absl::Status SyncTo(uint64_t position) override;
 
   // The position after the last Append: SyncTo(written()) makes everything
   // appended so far durable.
-  uint64_t written() const;
+  uint64_t written() const override;
 
   // Whether the file has grown enough to be rewritten (JournalOptions).
-  bool WantsCompaction() const;
+  bool WantsCompaction() const override;
 
   // Replaces the file with `snapshot`, the records of the state as it is
   // (RendezvousState::Snapshot): written to DIR/journal.new, synced, renamed
   // over DIR/journal, and DIR synced. Everything appended before is durable
   // when it returns OK. On an error the old file stays in place, and later
   // calls fail with it.
-  absl::Status Compact(const std::vector<JournalRecord>& snapshot);
+  absl::Status Compact(const std::vector<JournalRecord>& snapshot) override;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const override { return path_; }
 
  private:
   Journal(std::string dir, JournalOptions options, UniqueFd lock);
