@@ -188,6 +188,7 @@ class Agent::Impl {
   void Do(const action::ReadProgress&);
   void Do(const action::OpenWatch& watch);
   void Do(const action::QueryStatus&);
+  void Do(const action::AskPeers&);
   void Do(const action::ExcludeSelf& exclude);
   void Do(const action::Log& log);
   void Do(const action::Exit& exit);
@@ -665,6 +666,8 @@ void Agent::Impl::Do(const action::Join& join) {
   // For MASTER_PORT: PyTorch's rank 0 binds it itself
   // (TORCHELASTIC_USE_AGENT_STORE=False), so it is picked as late as possible.
   node->set_master_port_candidate(PickFreePort());
+  node->set_stop_allowance_ms(absl::ToInt64Milliseconds(
+      ElasticState::StopAllowance(absl::FromChrono(config_.shutdown_grace))));
   request.set_node_secret(node_secret_);  // empty on the first join
   request.set_protocol_version(rdzv::kProtocolVersion);
   request.set_health_fault(join.health_fault);
@@ -908,6 +911,11 @@ void Agent::Impl::Do(const action::QueryStatus&) {
   client_->Status(request, kRpcTimeout, [this](absl::StatusOr<rdzv::StatusResponse> status) {
     Post(rdzv_event::JobStatusAnswered{std::move(status)});
   });
+}
+
+void Agent::Impl::Do(const action::AskPeers&) {
+  // Not asked: this agent leaves ElasticOptions::ask_peers off until it
+  // has an endpoint its peers can ask (tests/sim models the rule).
 }
 
 void Agent::Impl::Do(const action::ExcludeSelf& exclude) {

@@ -84,6 +84,13 @@ void ElasticState::SendJoin(absl::Time now, Actions* out) {
       std::max(absl::ZeroDuration(), *join_started_ + options_.join_timeout - now), health_fault_});
 }
 
+rdzv::JobClosed ElasticState::ClosedBy(const absl::Status& status) {
+  rdzv::JobClosed closed;
+  closed.set_reason(std::string(status.message()));
+  closed.set_succeeded(absl::StrContains(status.message(), rdzv::kJobSucceeded));
+  return closed;
+}
+
 bool ElasticState::IsUnanswered(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
 }
@@ -91,6 +98,11 @@ bool ElasticState::IsUnanswered(const absl::Status& status) {
 std::string ElasticState::Meanwhile(absl::Time now) const {
   switch (phase_) {
     case AgentPhase::kRunning:
+      if (options_.ask_peers) {
+        return absl::StrCat("this node's ", live_,
+                            " worker(s) keep running while the round's other nodes cannot reach "
+                            "it either, and it waits for the rendezvous to come back");
+      }
       return absl::StrCat("this node's ", live_,
                           " worker(s) keep running, and it waits for the rendezvous to come back");
     case AgentPhase::kJoining:
@@ -117,6 +129,9 @@ std::string ElasticState::Meanwhile(absl::Time now) const {
 void ElasticState::NoteUnreachable(const absl::Status& status, absl::Time now, Actions* out) {
   if (unreachable_since_) return;
   unreachable_since_ = now;
+  // Whether the others of the round can reach it decides whether the
+  // workers ride the outage out: asked at once, and again while it lasts.
+  if (options_.ask_peers && phase_ == AgentPhase::kRunning && RidesOut()) peers_at_ = now;
   Log(out, Level::kWarn,
       absl::StrCat("the rendezvous at ", options_.rdzv_target, " does not answer (",
                    status.message(), "); ", Meanwhile(now)));
@@ -125,6 +140,7 @@ void ElasticState::NoteUnreachable(const absl::Status& status, absl::Time now, A
 void ElasticState::NoteReachable(absl::Time now, Actions* out) {
   if (!unreachable_since_) return;
   heartbeat_failures_ = 0;  // what failed before is not "in a row" any more
+  peers_at_.reset();
   Log(out, Level::kInfo,
       absl::StrCat("the rendezvous at ", options_.rdzv_target, " answers again, after ",
                    absl::StrFormat("%.1f", absl::ToDoubleSeconds(now - *unreachable_since_)),
@@ -151,6 +167,12 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
     if (absl::IsUnauthenticated(status)) {
       // The client's message names the rendezvous and the token file.
       ExitFailed(std::string(status.message()), out);
+    } else if (absl::IsFailedPrecondition(status) &&
+               absl::StrContains(status.message(), rdzv::kJobSucceeded)) {
+      // The job succeeded without this node (a spare, or a node that came
+      // back late): nothing failed.
+      Log(out, Level::kInfo, std::string(status.message()));
+      OnJobClosed(ClosedBy(status), now, out);
     } else if (absl::StrContains(status.message(), rdzv::kExcludedFromJob)) {
       ExitExcluded(absl::StrCat("the rendezvous at ", options_.rdzv_target,
                                 " refused this node: ", status.message()),
@@ -504,6 +526,12 @@ void ElasticState::OnDoneReported(const absl::Status& status, absl::Time now, Ac
   } else if (absl::IsAborted(status)) {
     Log(out, Level::kInfo,
         absl::StrCat("the job moved on while this node finished: ", status.message()));
+  } else if (absl::IsFailedPrecondition(status)) {
+    // The job closed as this node finished (an earlier report of it may
+    // have closed it, its answer lost): it ends as the job did.
+    Log(out, Level::kInfo,
+        absl::StrCat("the job closed as this node finished: ", status.message()));
+    OnJobClosed(ClosedBy(status), now, out);
   } else {
     Log(out, Level::kWarn,
         absl::StrCat("workers succeeded but the rendezvous could not be told: ", status.message()));
@@ -683,15 +711,20 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
                                    "); stopping the workers and rejoining"));
       after_stop_ = AfterStop::kRejoin;
       StopWorkers(SIGTERM, now, out);
+    } else if (phase_ == AgentPhase::kStopping && after_stop_ == AfterStop::kAwaitDecision) {
+      // No decision will come for a node out of the job: it joins again.
+      Log(out, Level::kWarn,
+          absl::StrCat("the rendezvous dropped this node (", status.message(),
+                       ") while it waited for the next round; rejoining"));
+      after_stop_ = AfterStop::kRejoin;
+      if (live_ == 0) OnAllStopped(now, out);
     }
-    return;  // stopping or joining already
+    return;  // stopping otherwise, or joining already
   }
   if (absl::IsFailedPrecondition(status)) {
     // The pushed JobClosed, when it came first, says more (the root cause).
     if (closed_) return;
-    rdzv::JobClosed closed;
-    closed.set_reason(std::string(status.message()));
-    OnJobClosed(closed, now, out);
+    OnJobClosed(ClosedBy(status), now, out);
     return;
   }
   ++heartbeat_failures_;
@@ -825,6 +858,14 @@ Actions ElasticState::OnTimer(absl::Time now) {
     progress_at_ = now + kProgressInterval;
     out.push_back(action::QueryStatus{});
   }
+  if (peers_at_ && now >= *peers_at_) {
+    peers_at_ = now + options_.keep_alive_interval;
+    if (phase_ == AgentPhase::kRunning && unreachable_since_) {
+      out.push_back(action::AskPeers{round_, kPeerTimeout});
+    } else {
+      peers_at_.reset();
+    }
+  }
   if (watch_retry_at_ && now >= *watch_retry_at_) {
     watch_retry_at_.reset();
     OpenWatch(&out);
@@ -864,11 +905,69 @@ Actions ElasticState::OnProgress(const NodeProgress& progress, absl::Time now) {
   return out;
 }
 
+std::string ElasticState::WhyNotRideOut(const std::vector<PeerAnswer>& answers,
+                                        absl::Time now) const {
+  if (answers.empty()) {
+    // Alone in its round: nobody to ask. The rendezvous could seat a spare
+    // on its seats once it has dropped this node, heartbeat_timeout after
+    // it last heard from it.
+    if (now - *unreachable_since_ < options_.heartbeat_timeout) return "";
+    return absl::StrCat("it has not reached the rendezvous for heartbeat_timeout (",
+                        Seconds(options_.heartbeat_timeout),
+                        " s), after which the rendezvous drops it");
+  }
+  for (const PeerAnswer& peer : answers) {
+    if (peer.answered && peer.round > round_) {
+      return absl::StrCat("node ", peer.node, " is in round ", peer.round,
+                          " already: the rendezvous dropped this node");
+    }
+  }
+  for (const PeerAnswer& peer : answers) {
+    if (!peer.answered) {
+      return absl::StrCat("node ", peer.node, " of its round does not answer either");
+    }
+    if (peer.reaches_rendezvous) {
+      return absl::StrCat("node ", peer.node,
+                          " of its round reaches the rendezvous: this node is cut off alone, and "
+                          "the rendezvous will drop it");
+    }
+  }
+  return "";
+}
+
+Actions ElasticState::OnPeersAnswered(int64_t round, const std::vector<PeerAnswer>& answers,
+                                      absl::Time now) {
+  Actions out;
+  if (round != round_ || phase_ != AgentPhase::kRunning || !unreachable_since_ || !RidesOut()) {
+    return out;
+  }
+  const std::string why = WhyNotRideOut(answers, now);
+  if (why.empty()) return out;
+  Log(&out, Level::kWarn,
+      absl::StrCat("the rendezvous at ", options_.rdzv_target, " has not answered for ",
+                   absl::StrFormat("%.1f", absl::ToDoubleSeconds(now - *unreachable_since_)),
+                   " s and ", why, "; stopping this node's workers (round ", round_,
+                   ") so that no newer round runs beside them, and rejoining"));
+  peers_at_.reset();
+  after_stop_ = AfterStop::kRejoin;
+  StopWorkers(SIGTERM, now, &out);
+  return out;
+}
+
+PeerAnswer ElasticState::AnswerPeer() const {
+  PeerAnswer answer;
+  answer.answered = true;
+  answer.round = std::max(round_, round_seen_);
+  answer.reaches_rendezvous = !unreachable_since_.has_value();
+  return answer;
+}
+
 std::optional<absl::Time> ElasticState::NextDeadline() const {
   if (phase_ == AgentPhase::kExiting) return std::nullopt;
   std::optional<absl::Time> next;
-  for (const auto& t : {kill_at_, abandon_at_, heartbeat_at_, watch_retry_at_, progress_at_,
-                        join_retry_at_, report_retry_at_, progress_poll_at_, health_deadline_}) {
+  for (const auto& t :
+       {kill_at_, abandon_at_, heartbeat_at_, watch_retry_at_, progress_at_, join_retry_at_,
+        report_retry_at_, progress_poll_at_, health_deadline_, peers_at_}) {
     if (t && (!next || *t < *next)) next = t;
   }
   return next;

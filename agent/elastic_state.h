@@ -49,6 +49,27 @@ struct ElasticOptions {
   // fault pending, as many GPUs as --nproc-per-node gpu asked for): the
   // first join waits for action::CheckHealth's answer, kHealthCheckWait at most.
   bool health_check = false;
+  // The edge can ask the other nodes of the round which round they are in
+  // (action::AskPeers). Then a node that rides out an outage of the
+  // rendezvous (musterd, etcd) with its workers running does so only while
+  // every other node of its round says it is in the same round and cannot
+  // reach the rendezvous either: a node cut off alone, whose seats the
+  // rendezvous will give to a newer round, stops its workers at once.
+  // Without it, such a node's old round runs until its link comes back.
+  bool ask_peers = false;
+  // The job's heartbeat_timeout: the rendezvous drops a node silent for
+  // this long. A node alone in its round (no peer to ask) rides out an
+  // outage this long at most.
+  absl::Duration heartbeat_timeout = absl::Seconds(30);
+};
+
+// What another node of the round says when asked (action::AskPeers), or
+// that it did not answer.
+struct PeerAnswer {
+  std::string node;       // who, for messages (its host)
+  bool answered = false;  // false: no answer within the timeout
+  int64_t round = -1;     // the newest round it knows of
+  bool reaches_rendezvous = false;
 };
 
 // The phases of an agent. Workers live only in kRunning and kStopping.
@@ -169,6 +190,13 @@ struct OpenWatch {
 };
 // Ask the job's status, for the progress line while this node waits.
 struct QueryStatus {};
+// Ask every other node of `round` what it knows (ElasticOptions::ask_peers),
+// each within `timeout`; then call ElasticState::OnPeersAnswered with one
+// PeerAnswer per node (none: this node is alone in its round).
+struct AskPeers {
+  int64_t round = -1;
+  absl::Duration timeout;
+};
 // This node found itself bad (`cause`: a GPU fault): leave the job asking
 // that its host be excluded (LeaveRequest.exclude); no answer is awaited.
 struct ExcludeSelf {
@@ -196,11 +224,11 @@ struct Exit {
 };
 }  // namespace action
 
-using Action =
-    std::variant<action::Join, action::StartWorkers, action::SignalWorkers, action::AbandonWorkers,
-                 action::CheckHealth, action::ReportFailure, action::ReportDone,
-                 action::SendHeartbeat, action::ReadProgress, action::OpenWatch,
-                 action::QueryStatus, action::ExcludeSelf, action::Log, action::Exit>;
+using Action = std::variant<action::Join, action::StartWorkers, action::SignalWorkers,
+                            action::AbandonWorkers, action::CheckHealth, action::ReportFailure,
+                            action::ReportDone, action::SendHeartbeat, action::ReadProgress,
+                            action::OpenWatch, action::QueryStatus, action::AskPeers,
+                            action::ExcludeSelf, action::Log, action::Exit>;
 using Actions = std::vector<Action>;
 
 class ElasticState {
@@ -213,6 +241,14 @@ class ElasticState {
   static constexpr absl::Duration kHealthCheckWait = absl::Seconds(30);
   // How often a new step is reported at most (the first of a round at once).
   static constexpr absl::Duration kProgressReport = absl::Seconds(5);
+  // The longest an agent with this grace takes from a stop to its join:
+  // the grace, SIGKILL's wait, and a few seconds for the stacks and the
+  // call (JoinRequest's NodeInfo.stop_allowance_ms).
+  static absl::Duration StopAllowance(absl::Duration shutdown_grace) {
+    return shutdown_grace + kKillWait + absl::Seconds(5);
+  }
+  // How long the other nodes of the round have to answer action::AskPeers.
+  static constexpr absl::Duration kPeerTimeout = absl::Seconds(1);
 
   explicit ElasticState(ElasticOptions options);
 
@@ -244,6 +280,10 @@ class ElasticState {
   // GPU and the fault): the node asks to be excluded (ExcludeSelf), stops
   // its workers and exits kExitNodeExcluded, as when the job excludes it.
   Actions OnNodeFault(const std::string& cause, absl::Time now);
+  // The other nodes of round `round` answered action::AskPeers.
+  Actions OnPeersAnswered(int64_t round, const std::vector<PeerAnswer>& answers, absl::Time now);
+  // What this node tells a peer that asks (action::AskPeers).
+  PeerAnswer AnswerPeer() const;
   // This node's workers' progress in the running round, as last read.
   const NodeProgress& progress() const { return progress_; }
 
@@ -279,10 +319,15 @@ class ElasticState {
   void NoteUnreachable(const absl::Status& status, absl::Time now, Actions* out);
   // What this node does while the rendezvous is away, in its phase.
   std::string Meanwhile(absl::Time now) const;
+  // Why this node's workers may not ride out the outage, from what its
+  // peers answered; empty: they may.
+  std::string WhyNotRideOut(const std::vector<PeerAnswer>& answers, absl::Time now) const;
   // The rendezvous answered: ends an outage, saying so.
   void NoteReachable(absl::Time now, Actions* out);
   // Whether `status` is the rendezvous not answering (rather than refusing).
   static bool IsUnanswered(const absl::Status& status);
+  // What a kFailedPrecondition answer for a closed job tells (rdzv::ClosedJob).
+  static rdzv::JobClosed ClosedBy(const absl::Status& status);
   void OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::Time now, Actions* out);
   void ReportFailureAndStop(const WorkerFailure& failure, absl::Time now, Actions* out);
   // The last of failures_ is the pre-flight's: marked so, and the script's
@@ -365,6 +410,9 @@ class ElasticState {
   std::optional<absl::Time> abandon_at_;
   std::optional<absl::Time> kill_at_, heartbeat_at_, watch_retry_at_, progress_at_, join_retry_at_,
       report_retry_at_;
+  // While the rendezvous is away and the workers run: when the round's
+  // other nodes are asked again (ElasticOptions::ask_peers).
+  std::optional<absl::Time> peers_at_;
 };
 
 // One line for the progress report while a node waits for its round: who is

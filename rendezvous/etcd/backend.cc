@@ -421,7 +421,8 @@ void EtcdRendezvous::DoJoin(const rdzv::JoinRequest& request, absl::Time deadlin
   absl::StatusOr<std::optional<WatchEvent>> closed = ReadClosed();
   if (!closed.ok()) return done(closed.status());
   if (*closed)
-    return done(rdzv::JoinToClosedJob(options_.job_id, (*closed)->job_closed().reason()));
+    return done(rdzv::JoinToClosedJob(options_.job_id, (*closed)->job_closed().reason(),
+                                      (*closed)->job_closed().succeeded()));
   if (absl::Status status = EnsureLease(); !status.ok()) return done(status);
   if (absl::Status status = EnsureOutboxWatch(); !status.ok()) return done(status);
   rdzv::EtcdJoin join;
@@ -561,8 +562,8 @@ void EtcdRendezvous::DoHeartbeat(const std::string& node,
   absl::StatusOr<std::optional<WatchEvent>> closed = ReadClosed();
   if (!closed.ok()) return done(closed.status());
   if (*closed) {
-    return done(absl::FailedPreconditionError(
-        absl::StrCat("job '", options_.job_id, "' is closed: ", (*closed)->job_closed().reason())));
+    return done(rdzv::ClosedJob(options_.job_id, (*closed)->job_closed().reason(),
+                                (*closed)->job_closed().succeeded()));
   }
   done(NotInJob(node));
 }

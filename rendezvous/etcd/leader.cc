@@ -425,7 +425,9 @@ void Leader::FeedJoin(const std::string& node, const std::string& value, absl::T
   const int64_t seq = join.seq();
   rdzv::JoinRequest& request = *join.mutable_request();
   if (closed_) {
-    SetJoinError(node, seq, rdzv::JoinToClosedJob(options_.job_id, closed_->job_closed().reason()));
+    SetJoinError(node, seq,
+                 rdzv::JoinToClosedJob(options_.job_id, closed_->job_closed().reason(),
+                                       closed_->job_closed().succeeded()));
     return;
   }
   // The key names the node and the job, whatever the value says.

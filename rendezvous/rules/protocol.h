@@ -26,6 +26,12 @@ inline constexpr char kDroppedFromJob[] = "was dropped from job";
 // exits with kExitNodeExcluded.
 inline constexpr char kExcludedFromJob[] = "is excluded from job";
 
+// In the kFailedPrecondition message a server answers a call for a job that
+// closed as succeeded ("job 'J' succeeded and is closed (every node
+// finished)"; ClosedJob in rules/state.h): the agent ends as when told
+// JobClosed.succeeded, with exit code 0.
+inline constexpr char kJobSucceeded[] = "' succeeded and is closed";
+
 }  // namespace muster::rdzv
 
 #endif  // MUSTER_RENDEZVOUS_RULES_PROTOCOL_H_

@@ -49,8 +49,7 @@ absl::StatusOr<RendezvousState::Job*> RendezvousState::FindLiveNode(const NodeKe
     return absl::NotFoundError(absl::StrCat("no job '", key.job_id, "' on this server"));
   }
   if (job->phase == Phase::kClosed) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", job->id, "' is closed: ", job->close_reason));
+    return ClosedJob(job->id, job->close_reason, job->succeeded);
   }
   auto node = job->nodes.find(key.node_id);
   if (node == job->nodes.end()) return NotInJob(*job, key.node_id, secret);
@@ -63,7 +62,9 @@ absl::Status RendezvousState::CheckJoin(const JoinRequest& request) {
   Job* existing = FindJob(request.job_id());
   if (existing != nullptr) {
     const Job& job = *existing;
-    if (job.phase == Phase::kClosed) return JoinToClosedJob(job.id, job.close_reason);
+    if (job.phase == Phase::kClosed) {
+      return JoinToClosedJob(job.id, job.close_reason, job.succeeded);
+    }
     const JobConfig& want = job.config;
     const JobConfig& got = request.config();
     if (got.min_nodes() != want.min_nodes() || got.max_nodes() != want.max_nodes() ||
@@ -97,7 +98,11 @@ absl::Status RendezvousState::CheckJoin(const JoinRequest& request) {
     }
     int64_t workers = job.live_workers + info.local_world_size();
     if (auto live = job.nodes.find(info.node_id()); live != job.nodes.end()) {
-      if (!ConstantTimeEquals(live->second.secret, request.node_secret())) {
+      // A node never seated was never told its secret: its agent, which
+      // gave up on a join the server still holds (a connection that broke
+      // on one side first), joins again without it, superseding it.
+      const bool unseated_again = !live->second.secret_told && request.node_secret().empty();
+      if (!unseated_again && !ConstantTimeEquals(live->second.secret, request.node_secret())) {
         return absl::PermissionDeniedError(absl::StrCat(
             "node id ", info.node_id(), " is held by another agent in job '", job.id,
             "'; a node speaks only for itself: every agent needs its own node id (muster makes "
@@ -502,18 +507,35 @@ void RendezvousState::MaybeComplete(Job& job, absl::Time now, Effects* effects) 
   if (!job.last_call_deadline) {
     job.last_call_deadline = now + absl::Milliseconds(job.config.last_call_timeout_ms());
     effects->rearm_timer = true;
-    if (job.config.last_call_timeout_ms() > 0) {
+    if (const absl::Time ends = RoundDeadline(job); ends > now) {
       effects->log.push_back(absl::StrCat("job '", job.id, "': ", joined, " nodes joined (min ",
                                           job.config.min_nodes(), ", max ", job.config.max_nodes(),
                                           "); last call ends in ",
-                                          FormatDuration(job.config.last_call_timeout_ms())));
+                                          FormatDuration(absl::ToInt64Milliseconds(ends - now))));
     }
   }
-  if (now >= *job.last_call_deadline) {
+  if (now >= RoundDeadline(job)) {
     // The members that are not back by the last call give up their seats.
     SeatSpares(job, /*hold_for_expected=*/false, now);
     CompleteRound(job, now, effects);
   }
+}
+
+absl::Time RendezvousState::RoundDeadline(const Job& job) const {
+  absl::Time deadline = *job.last_call_deadline;
+  // A restart round holds the seats of its members still stopping their
+  // workers, as long as each said that may take. A member whose watch
+  // stream ended (its agent is gone, or cut off) is not stopping: it is
+  // dropped at its heartbeat timeout.
+  for (const std::string& id : job.not_back) {
+    auto node = job.nodes.find(id);
+    if (node == job.nodes.end() || !(node->second.watching || options_.external_liveness)) {
+      continue;
+    }
+    deadline = std::max(
+        deadline, job.round_since + absl::Milliseconds(node->second.info.stop_allowance_ms()));
+  }
+  return deadline;
 }
 
 void RendezvousState::SeatSpares(Job& job, bool hold_for_expected, absl::Time now) {
@@ -591,10 +613,14 @@ void RendezvousState::CompleteRound(Job& job, absl::Time now, Effects* effects) 
         MakeAssignment(job, node, static_cast<int>(i), rank_base, world_size, master));
     rank_base += node.info.local_world_size();
   }
+  // The round's members are the job's durable nodes (RoundFormed): one of
+  // an earlier round left out of this one is not, as a restore has it.
+  for (auto& [node_id, node] : job.nodes) node.member = false;
   for (const std::string& node_id : job.participants) {
     Node& node = job.nodes[node_id];
     node.last_seen = now;
     node.member = true;
+    node.secret_told = true;  // its assignment carries it
   }
   job.journaled = options_.journal;
   job.round_since = now;
@@ -684,8 +710,8 @@ void RendezvousState::Close(Job& job, bool succeeded, const std::string& reason,
   for (const auto& [node_id, node] : job.nodes) {
     effects->pushed.emplace_back(NodeKey{job.id, node_id}, event);
   }
-  const absl::Status refused = absl::Status(
-      pending_join_code, absl::StrCat("job '", job.id, "' is closed (", job.close_reason, ")"));
+  const absl::Status refused =
+      absl::Status(pending_join_code, ClosedJob(job.id, job.close_reason, succeeded).message());
   for (const std::string& node_id : job.joined) {
     effects->join_failed.emplace_back(NodeKey{job.id, node_id}, refused);
   }

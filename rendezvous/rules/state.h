@@ -102,9 +102,12 @@ absl::Status ValidateJobId(absl::string_view job_id, size_t max_length = kMaxJob
 // Checks a job's rules: 0 < min <= max <= 65536, 0 <= max_restarts <=
 // 1,000,000, timeouts 0..7 days, heartbeat_timeout at least 1 s.
 absl::Status ValidateJobConfig(const JobConfig& config);
-// Why a join to a closed job is refused (kFailedPrecondition), the same
-// from every rendezvous (musterd, an agent's, etcd's).
-absl::Status JoinToClosedJob(absl::string_view job_id, absl::string_view reason);
+// Why a call for a closed job is refused (kFailedPrecondition), the same
+// from every rendezvous (musterd, an agent's, etcd's): "job 'J' is closed
+// (REASON)", or "job 'J' succeeded and is closed (REASON)" (kJobSucceeded).
+absl::Status ClosedJob(absl::string_view job_id, absl::string_view reason, bool succeeded);
+// A join's: ClosedJob, and what to do instead.
+absl::Status JoinToClosedJob(absl::string_view job_id, absl::string_view reason, bool succeeded);
 
 // Checks a whole join: the protocol version (kFailedPrecondition when it is
 // not this build's), the job id, its config and the node's fields
@@ -172,8 +175,9 @@ class RendezvousState {
   // is the address the server saw, used when the node advertises none.
   // `new_secret` becomes the node's secret if the node is not live in the
   // job (the caller draws it: NewNodeSecret; this class has no randomness);
-  // a live node keeps its own, and its join must present it. Every
-  // Assignment carries the node's secret.
+  // a live node keeps its own, and its join must present it, unless it was
+  // never seated (never told it): a join without one then takes the place
+  // of its pending join. Every Assignment carries the node's secret.
   // Errors: kInvalidArgument bad request; kFailedPrecondition the job is
   // closed, the node's config differs from the job's, or another protocol
   // version; kPermissionDenied a join for a live node without its secret;
@@ -334,8 +338,9 @@ class RendezvousState {
     absl::Time last_seen;
     absl::Time joined_at;  // its first join (or the state's restore)
     int64_t join_seq = 0;
-    bool watching = false;  // its watch stream is open: it needs no heartbeats
-    bool member = false;    // it has had an assignment: its secret is durable
+    bool watching = false;     // its watch stream is open: it needs no heartbeats
+    bool member = false;       // in the last round formed: its secret is durable
+    bool secret_told = false;  // it has had an assignment, which carries its secret
     // Its workers' progress in the running round: the highest step (-1:
     // none), when it was written, and the steps a second between the last
     // two reports that moved it.
@@ -443,6 +448,12 @@ class RendezvousState {
   // How long an empty job is kept.
   absl::Duration EmptyJobLifetime(const Job& job) const;
   void MaybeComplete(Job& job, absl::Time now, Effects* effects);
+  // When an open round at min_nodes completes without its missing nodes:
+  // after the last call, and, in a restart round, not before each member
+  // not back yet and still watching has had its stop allowance
+  // (NodeInfo.stop_allowance_ms) since the round opened.
+  // REQUIRES: job.last_call_deadline.
+  absl::Time RoundDeadline(const Job& job) const;
   void CompleteRound(Job& job, absl::Time now, Effects* effects);
   void OpenNextRound(Job& job, RoundChanged::Reason reason, const std::string& detail,
                      absl::Time now, Effects* effects);

@@ -83,6 +83,7 @@ void RendezvousState::RestoreRoundFormed(const RoundFormed& formed, absl::Time n
     node.last_seen = now;  // its heartbeat deadline starts again
     node.joined_at = now;
     node.member = true;
+    node.secret_told = true;
     job.live_workers += node.info.local_world_size();
     job.participants.push_back(durable.info().node_id());
   }

@@ -79,7 +79,7 @@ std::optional<absl::Time> RendezvousState::NextDeadline() const {
       consider(node.last_seen + absl::Milliseconds(job.config.heartbeat_timeout_ms()));
     }
     if (job.phase == Phase::kOpen) {
-      if (job.last_call_deadline) consider(*job.last_call_deadline);
+      if (job.last_call_deadline) consider(RoundDeadline(job));
       if (!job.joined.empty() && static_cast<int>(job.joined.size()) < job.config.min_nodes()) {
         consider(job.open_since + absl::Milliseconds(job.config.join_timeout_ms()));
       }
@@ -141,7 +141,7 @@ StatusResponse RendezvousState::JobStatus(const Job& job, std::optional<absl::Ti
   if (job.phase == Phase::kOpen) {
     if (job.last_call_deadline && now) {
       response.set_last_call_remaining_ms(
-          std::max<int64_t>(0, absl::ToInt64Milliseconds(*job.last_call_deadline - *now)));
+          std::max<int64_t>(0, absl::ToInt64Milliseconds(RoundDeadline(job) - *now)));
     }
     for (const std::string& node_id : job.not_back) {
       if (response.missing_size() == static_cast<int>(kMaxNamedNodes)) break;

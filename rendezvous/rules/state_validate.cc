@@ -58,9 +58,15 @@ absl::Status CheckTimeout(absl::string_view name, int64_t ms, int64_t min_ms) {
 
 }  // namespace
 
-absl::Status JoinToClosedJob(absl::string_view job_id, absl::string_view reason) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "job '", job_id, "' is closed (", reason, "); start a new job with a different --rdzv-id"));
+absl::Status ClosedJob(absl::string_view job_id, absl::string_view reason, bool succeeded) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("job '", job_id, succeeded ? kJobSucceeded : "' is closed", " (", reason, ")"));
+}
+
+absl::Status JoinToClosedJob(absl::string_view job_id, absl::string_view reason, bool succeeded) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(ClosedJob(job_id, reason, succeeded).message(),
+                   "; start a new job with a different --rdzv-id"));
 }
 
 absl::Status ValidateJobId(absl::string_view job_id, size_t max_length) {
@@ -154,6 +160,11 @@ absl::Status ValidateJoinRequest(const JoinRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("master_port_candidate is ",
                                                    info.master_port_candidate(),
                                                    "; give a TCP port 1..65535, or 0 for none"));
+  }
+  if (info.stop_allowance_ms() < 0 || info.stop_allowance_ms() > kMaxTimeoutMs) {
+    return absl::InvalidArgumentError(absl::StrCat("stop_allowance_ms is ",
+                                                   info.stop_allowance_ms(), "; give 0 to ",
+                                                   kMaxTimeoutMs, " (7 days)"));
   }
   return absl::OkStatus();
 }

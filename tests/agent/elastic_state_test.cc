@@ -67,6 +67,9 @@ std::vector<std::string> Names(const Actions& actions) {
           if constexpr (std::is_same_v<T, action::ReadProgress>) names.push_back("ReadProgress");
           if constexpr (std::is_same_v<T, action::OpenWatch>) names.push_back("OpenWatch");
           if constexpr (std::is_same_v<T, action::QueryStatus>) names.push_back("QueryStatus");
+          if constexpr (std::is_same_v<T, action::AskPeers>) {
+            names.push_back("AskPeers " + std::to_string(x.round));
+          }
           if constexpr (std::is_same_v<T, action::Exit>) {
             names.push_back("Exit " + std::to_string(x.code));
           }
@@ -945,6 +948,68 @@ TEST_F(RideOutTest, TheReportThatTheWorkersFinishedIsRetriedToo) {
               ElementsAre("Exit 0"));
 }
 
+// Found by the simulator (tests/sim, seed 719 before the fix): an agent
+// stopped while its workers succeeded reported them done on a broken
+// connection; its heartbeat then said the job was closed, which it took for
+// a failed close, and it exited 1 though the job had succeeded. The answer
+// now says how the job closed (rdzv::kJobSucceeded).
+TEST_F(RideOutTest, AHeartbeatThatSaysTheJobSucceededEndsAFinishingNodeWithZero) {
+  ToFinishing();
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::DoneReported{kDown}, At(110))), IsEmpty());
+  const absl::Status closed =
+      absl::FailedPreconditionError("job 'job' succeeded and is closed (every node finished)");
+  EXPECT_THAT(Names(state_.OnRdzv(Beat(closed), At(500))), ElementsAre("Exit 0"));
+}
+
+TEST_F(RideOutTest, AReportDoneAnsweredThatTheJobClosedEndsTheNodeAsTheJobEnded) {
+  ToFinishing();
+  state_.OnRdzv(rdzv_event::DoneReported{kDown}, At(110));
+  ASSERT_THAT(Names(state_.OnTimer(At(1'110))), ElementsAre("ReportDone"));
+  Actions done = state_.OnRdzv(rdzv_event::DoneReported{absl::FailedPreconditionError(
+                                   "job 'job' succeeded and is closed (every node finished)")},
+                               At(1'200));
+  EXPECT_THAT(Names(done), ElementsAre("Exit 0"));
+  EXPECT_THAT(Logs(done), Contains("INFO the job closed as this node finished: job 'job' "
+                                   "succeeded and is closed (every node finished)"));
+
+  ElasticState other(Options());
+  other.Start(At(0));
+  other.OnRdzv(rdzv_event::Joined{Assigned(0, 0, true)}, At(1));
+  other.OnWorkersStarted(1, std::nullopt, At(1));
+  other.OnWorkerExit(kSuccess, Failure(0, 0), At(100));
+  EXPECT_THAT(Names(other.OnRdzv(rdzv_event::DoneReported{absl::FailedPreconditionError(
+                                     "job 'job' is closed (rank 3 failed; restarts ran out)")},
+                                 At(200))),
+              ElementsAre("Exit 1"));
+}
+
+// Found by the simulator (seed 3): a spare waiting while the job succeeded
+// was refused its join, and exited 1, which fails a Slurm step.
+TEST_F(ElasticStateTest, AJoinRefusedBecauseTheJobSucceededExitsZero) {
+  ToJoining();
+  Actions refused = state_.OnRdzv(
+      rdzv_event::Joined{absl::FailedPreconditionError(
+          "job 'job' succeeded and is closed (every node finished); start a new job with a "
+          "different --rdzv-id")},
+      At(1));
+  EXPECT_THAT(Names(refused), ElementsAre("Exit 0"));
+}
+
+// Found by the simulator (tests/sim, seed 933 before the fix): a node whose
+// failure report reached a musterd that had just restarted was stopped
+// (SIGSTOP) before it heard of the next round; dropped meanwhile, it waited
+// for a decision that would never come, for ever.
+TEST_F(RideOutTest, ANodeDroppedWhileAwaitingTheDecisionRejoins) {
+  ToStoppingAfterFailure(1);
+  state_.OnRdzv(rdzv_event::FailureReported{absl::OkStatus()}, At(150));
+  ASSERT_EQ(state_.after_stop(), AfterStop::kAwaitDecision);
+  Actions dropped = state_.OnRdzv(
+      Beat(absl::NotFoundError("node n was dropped from job 'job': node host-n silent for 30 s")),
+      At(40'000));
+  EXPECT_THAT(Names(dropped), ElementsAre("Join"));
+  EXPECT_THAT(Logs(dropped), ElementsAre(HasSubstr("the rendezvous dropped this node")));
+}
+
 TEST_F(RideOutTest, ARendezvousBackWithoutTheJobRestartsTheWorkersSayingWhy) {
   ToRunning(1);
   state_.OnRdzv(Beat(kDown), At(100));
@@ -1027,6 +1092,122 @@ TEST_F(ElasticStateTest, ANodeOfAnAgentsRendezvousDoesNotRetryItsJoinOnceInTheJo
 }
 
 // ---- --preflight allreduce ----
+
+// ---- Outages and partitions: the round's other nodes are asked ----
+
+ElasticOptions AskingPeers() {
+  ElasticOptions options = Options();
+  options.ask_peers = true;
+  options.heartbeat_timeout = absl::Seconds(30);
+  return options;
+}
+
+class PeersTest : public ElasticStateTest {
+ protected:
+  PeersTest() : ElasticStateTest(AskingPeers()) { ride_out_ = true; }
+
+  // Running in round 0, the watch stream open; then it breaks at 1 s and
+  // the round's other nodes are asked at once.
+  void ToCutOff() {
+    ToRunning(1);
+    state_.OnRdzv(WatchStarted(1), At(20));
+    state_.OnRdzv(rdzv_event::WatchEnded{1, kDown}, At(1'000));
+    ASSERT_EQ(state_.NextDeadline(), At(1'000));
+    EXPECT_THAT(Names(state_.OnTimer(At(1'000))), Contains("AskPeers 0"));
+  }
+  static PeerAnswer Peer(const std::string& node, int64_t round, bool reaches) {
+    PeerAnswer answer;
+    answer.node = node;
+    answer.answered = true;
+    answer.round = round;
+    answer.reaches_rendezvous = reaches;
+    return answer;
+  }
+  static PeerAnswer Silent(const std::string& node) {
+    PeerAnswer answer;
+    answer.node = node;
+    return answer;
+  }
+};
+
+TEST_F(PeersTest, WorkersRideOutAnOutageThatCutsEveryNodeOfTheRound) {
+  ToCutOff();
+  EXPECT_THAT(state_.OnPeersAnswered(0, {Peer("b", 0, false), Peer("c", 0, false)}, At(2'000)),
+              IsEmpty());
+  // Asked again while it lasts: every keep_alive_interval.
+  EXPECT_THAT(Names(state_.OnTimer(At(1'000 + kKeepAliveMs))), Contains("AskPeers 0"));
+  EXPECT_THAT(state_.OnPeersAnswered(0, {Peer("b", 0, false), Peer("c", 0, false)}, At(7'000)),
+              IsEmpty());
+  EXPECT_EQ(state_.phase(), AgentPhase::kRunning);
+  // Back: no more asking.
+  state_.OnRdzv(Beat(0), At(8'000));
+  EXPECT_THAT(Names(state_.OnTimer(At(1'000 + 2 * kKeepAliveMs))), Not(Contains("AskPeers 0")));
+}
+
+TEST_F(PeersTest, ANodeCutOffAloneStopsItsWorkersAndRejoins) {
+  ToCutOff();
+  Actions stop = state_.OnPeersAnswered(0, {Peer("b", 0, false), Peer("c", 0, true)}, At(2'000));
+  EXPECT_THAT(Names(stop), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(stop), ElementsAre(HasSubstr("node c of its round reaches the rendezvous")));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(2'100))),
+              ElementsAre("Join"));
+}
+
+TEST_F(PeersTest, APeerInANewerRoundStopsTheWorkers) {
+  ToCutOff();
+  Actions stop = state_.OnPeersAnswered(0, {Peer("b", 0, false), Peer("c", 1, false)}, At(2'000));
+  EXPECT_THAT(Names(stop), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(stop), ElementsAre(HasSubstr("node c is in round 1 already")));
+}
+
+TEST_F(PeersTest, APeerThatDoesNotAnswerStopsTheWorkers) {
+  // Cut off from all (the peer of the round may be dead: the round is broken too).
+  ToCutOff();
+  Actions stop = state_.OnPeersAnswered(0, {Peer("b", 0, false), Silent("c")}, At(2'000));
+  EXPECT_THAT(Names(stop), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(stop), ElementsAre(HasSubstr("node c of its round does not answer either")));
+}
+
+TEST_F(PeersTest, ANodeAloneInItsRoundRidesOutHeartbeatTimeoutAtMost) {
+  ToCutOff();
+  EXPECT_THAT(state_.OnPeersAnswered(0, {}, At(2'000)), IsEmpty());
+  EXPECT_THAT(state_.OnPeersAnswered(0, {}, At(30'999)), IsEmpty());
+  Actions stop = state_.OnPeersAnswered(0, {}, At(31'000));
+  EXPECT_THAT(Names(stop), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Logs(stop), ElementsAre(HasSubstr("for heartbeat_timeout (30 s)")));
+}
+
+TEST_F(PeersTest, LateAnswersChangeNothing) {
+  ToCutOff();
+  // For another round, or once the rendezvous answers again.
+  EXPECT_THAT(state_.OnPeersAnswered(1, {Silent("b")}, At(2'000)), IsEmpty());
+  state_.OnRdzv(Beat(0), At(2'500));
+  EXPECT_THAT(state_.OnPeersAnswered(0, {Silent("b")}, At(3'000)), IsEmpty());
+  EXPECT_EQ(state_.phase(), AgentPhase::kRunning);
+}
+
+TEST_F(PeersTest, WhatANodeTellsItsPeers) {
+  ToRunning(1);
+  PeerAnswer answer = state_.AnswerPeer();
+  EXPECT_TRUE(answer.answered);
+  EXPECT_EQ(answer.round, 0);
+  EXPECT_TRUE(answer.reaches_rendezvous);
+  state_.OnRdzv(WatchStarted(1), At(20));
+  state_.OnRdzv(rdzv_event::WatchEnded{1, kDown}, At(1'000));
+  EXPECT_FALSE(state_.AnswerPeer().reaches_rendezvous);
+  // Told of a newer round (it is stopping its workers): it says that one.
+  rdzv::WatchEvent moved;
+  moved.mutable_round_changed()->set_new_round(3);
+  state_.OnRdzv(rdzv_event::Pushed{1, moved}, At(1'100));
+  EXPECT_EQ(state_.AnswerPeer().round, 3);
+}
+
+TEST_F(RideOutTest, WithoutAskingPeersANodeCutOffAloneRidesItOut) {
+  ToRunning(1);
+  state_.OnRdzv(WatchStarted(1), At(20));
+  state_.OnRdzv(rdzv_event::WatchEnded{1, kDown}, At(1'000));
+  EXPECT_THAT(Names(state_.OnTimer(At(1'000))), Not(Contains("AskPeers 0")));
+}
 
 class PreflightTest : public ElasticStateTest {
  protected:

@@ -60,6 +60,10 @@ struct Spec {
     host = std::move(h);
     return *this;
   }
+  Spec& StopAllowance(int64_t ms) {
+    stop_allowance_ms = ms;
+    return *this;
+  }
 
   std::string id;
   int local_world_size = 1;
@@ -67,6 +71,7 @@ struct Spec {
   int port = 29500;
   std::string advertised_addr;
   std::string host;  // empty: "host-" + id
+  int64_t stop_allowance_ms = 0;
 };
 
 class StateTest : public ::testing::Test {
@@ -84,6 +89,7 @@ class StateTest : public ::testing::Test {
     node->set_local_world_size(spec.local_world_size);
     node->set_node_rank_hint(spec.hint);
     node->set_master_port_candidate(spec.port);
+    node->set_stop_allowance_ms(spec.stop_allowance_ms);
     // Ignored on a first join; a rejoin must present it.
     request.set_node_secret(SecretOf(spec.id));
     request.set_protocol_version(kProtocolVersion);

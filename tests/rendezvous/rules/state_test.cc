@@ -26,6 +26,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using ::testing::SizeIs;
 using ::testing::UnorderedElementsAre;
 
 // ---------------------------------------------------------------- validation
@@ -182,6 +183,111 @@ TEST_F(StateTest, DroppingBelowMinDuringLastCallCancelsIt) {
   Join({"c"}, At(2'000));
   EXPECT_TRUE(Advance(At(2'000 + kLastCallMs - 1)).assigned.empty());
   EXPECT_THAT(Keys(Assigned(Advance(At(2'000 + kLastCallMs)))), ElementsAre("a", "c"));
+}
+
+// A restart round of a, b and c (--nnodes 2:3), each of whose agents says
+// it may take `allowance` ms to stop its workers (0: an agent from before
+// NodeInfo.stop_allowance_ms): round 1 opens at 100 ms, when a fails; a and
+// b are back by 300 ms, so the last call alone would end at 1.3 s; c's
+// agent still watches (it is stopping).
+class StopAllowanceTest : public StateTest {
+ protected:
+  void OpenRestartRoundWithoutC(int64_t allowance) {
+    config_ = Config(2, 3);
+    Form({Spec("a").StopAllowance(allowance), Spec("b").StopAllowance(allowance),
+          Spec("c").StopAllowance(allowance)},
+         At(0));
+    Effects watching;
+    state_.SetWatching({job_, "c"}, true, At(50), &watching);
+    Fail("a", 0, At(100));
+    Join(Spec("a").StopAllowance(allowance), At(200));
+    Join(Spec("b").StopAllowance(allowance), At(300));
+  }
+};
+
+// Found by the simulator (tests/sim, seed 1761 before the fix): with a last
+// call shorter than a node takes to stop its workers, that node missed
+// every restart round, and each time it came back a new round opened for
+// it, which the next slowest node missed: the job went round after round
+// and never trained.
+TEST_F(StopAllowanceTest, ARestartRoundHoldsTheSeatOfAMemberStillStopping) {
+  OpenRestartRoundWithoutC(20'000);
+  EXPECT_EQ(state_.NextDeadline(), At(100 + 20'000));
+  EXPECT_EQ(JobStatus().last_call_remaining_ms(), -1) << "asked without a time";
+  EXPECT_TRUE(Advance(At(100 + 19'999)).assigned.empty());
+  // c is back within its allowance: all three, at once.
+  EXPECT_THAT(Keys(Assigned(Join(Spec("c").StopAllowance(20'000), At(15'000)))),
+              ElementsAre("a", "b", "c"));
+}
+
+TEST_F(StopAllowanceTest, AMemberNotBackWithinItsStopAllowanceGivesUpItsSeat) {
+  OpenRestartRoundWithoutC(5'000);
+  EXPECT_THAT(Keys(Assigned(Advance(At(100 + 5'000)))), ElementsAre("a", "b"));
+}
+
+TEST_F(StopAllowanceTest, AMemberWhoseWatchEndedHasNoSeatHeldPastTheLastCall) {
+  // Its agent is gone (or cut off): it is not stopping workers.
+  OpenRestartRoundWithoutC(20'000);
+  EXPECT_EQ(state_.NextDeadline(), At(100 + 20'000));
+  Effects ended;
+  state_.SetWatching({job_, "c"}, false, At(400), &ended);
+  EXPECT_TRUE(ended.rearm_timer);
+  EXPECT_EQ(state_.NextDeadline(), At(300 + kLastCallMs));
+  EXPECT_THAT(Keys(Assigned(Advance(At(300 + kLastCallMs)))), ElementsAre("a", "b"));
+}
+
+TEST_F(StopAllowanceTest, WithoutAStopAllowanceTheLastCallDecides) {
+  OpenRestartRoundWithoutC(0);
+  EXPECT_THAT(Keys(Assigned(Advance(At(300 + kLastCallMs)))), ElementsAre("a", "b"));
+}
+
+// Agents tell a job that succeeded from one that failed by what a refused
+// call says (kJobSucceeded): a spare refused its join exits 0.
+TEST_F(StateTest, CallsForAClosedJobSayWhetherItSucceeded) {
+  config_ = Config(1, 1);
+  Form({"a"}, At(0));
+  Effects waiting = Join({"s"}, At(10));  // a spare waits
+  Effects done = Done("a", 0, At(20));
+  ASSERT_THAT(done.join_failed, SizeIs(1));
+  EXPECT_THAT(std::string(done.join_failed[0].second.message()),
+              HasSubstr(std::string("'job") + kJobSucceeded + " (every node finished)"));
+  Effects refused;
+  EXPECT_THAT(std::string(TryJoin({"late"}, At(30), &refused).message()), HasSubstr(kJobSucceeded));
+  EXPECT_THAT(std::string(state_.Heartbeat({job_, "a"}, SecretOf("a"), At(30)).status().message()),
+              HasSubstr(kJobSucceeded));
+
+  job_ = "failed";
+  Form({"a"}, At(0));
+  Fail("a", 0, At(10));  // max_restarts 3: restart; then no more
+  for (int round = 1; round <= 3; ++round) {
+    Join({"a"}, At(10 + round));
+    Fail("a", round, At(20 + round));
+  }
+  ASSERT_EQ(JobStatus().state(), "closed");
+  Effects late;
+  EXPECT_THAT(std::string(TryJoin({"late"}, At(40), &late).message()),
+              AllOf(HasSubstr("'failed' is closed ("), Not(HasSubstr(kJobSucceeded))));
+}
+
+// Found by the simulator (seed 31971 before the fix): an agent whose
+// connection broke on its side first joined again while the server still
+// held its first join; without a secret (none was ever sent to it), it was
+// refused as an impostor and exited 1.
+TEST_F(StateTest, ANodeNeverSeatedMayJoinAgainWithoutASecret) {
+  config_ = Config(2, 2);
+  Join({"a"}, At(0));
+  JoinRequest again = Request({"a"});
+  again.clear_node_secret();
+  Effects effects;
+  EXPECT_TRUE(state_.Join(again, "peer-a", "another-secret", At(100), &effects).ok());
+  // Once seated, it is told its secret, and must present it.
+  std::map<std::string, Assignment> formed = Assigned(Join({"b"}, At(200)));
+  ASSERT_THAT(Keys(formed), ElementsAre("a", "b"));
+  EXPECT_EQ(formed["a"].node_secret(), SecretOf("a")) << "the first join's";
+  Fail("a", 0, At(300));
+  Effects refused;
+  EXPECT_EQ(state_.Join(again, "peer-a", "x", At(400), &refused).code(),
+            absl::StatusCode::kPermissionDenied);
 }
 
 TEST_F(StateTest, ZeroLastCallCompletesAtMinImmediately) {
