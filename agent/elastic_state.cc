@@ -197,11 +197,45 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
     }
     return;
   }
+  const std::optional<absl::Time> due = NextDeadline();
+  if ((due && now - *due >= kStalled) || (resumed_at_ && now - *resumed_at_ < kStalled)) {
+    // This process did not run while the answer waited for it (SIGSTOP):
+    // the round may be over, this node dropped from it. A heartbeat says.
+    Log(out, Level::kWarn,
+        absl::StrCat("this agent did not run while its seat in round ", assignment->round(),
+                     " waited for it; asking the rendezvous whether that round still runs"));
+    unverified_ = *std::move(assignment);
+    out->push_back(action::SendHeartbeat{});
+    return;
+  }
+  StartRound(*std::move(assignment), now, out);
+}
+
+void ElasticState::OnVerified(const absl::StatusOr<int64_t>& answer, absl::Time now, Actions* out) {
+  rdzv::Assignment assignment = *std::exchange(unverified_, std::nullopt);
+  if (phase_ != AgentPhase::kJoining) return;
+  const absl::Status& status = answer.status();
+  if (status.ok() && *answer == assignment.round()) {
+    StartRound(std::move(assignment), now, out);  // it runs
+  } else if (absl::IsFailedPrecondition(status)) {
+    OnJobClosed(ClosedBy(status), now, out);
+  } else {
+    // Over, or none can tell (the rendezvous did not answer): a join is safe.
+    Log(out, Level::kWarn,
+        absl::StrCat("round ", assignment.round(), " is over or cannot be checked (",
+                     status.ok() ? absl::StrCat("the job is in round ", *answer)
+                                 : std::string(status.message()),
+                     "); joining again"));
+    StartJoin(now, out);
+  }
+}
+
+void ElasticState::StartRound(rdzv::Assignment assignment, absl::Time now, Actions* out) {
   progress_at_.reset();
   join_started_.reset();
   NoteReachable(now, out);
-  ride_out_ = assignment->ride_out_outages();
-  round_ = assignment->round();
+  ride_out_ = assignment.ride_out_outages();
+  round_ = assignment.round();
   if (!in_job_) {
     in_job_ = true;
     heartbeat_at_ = now + options_.keep_alive_interval;
@@ -210,15 +244,15 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
   failures_.clear();
   live_ = 0;
   after_preflight_.reset();
-  if (options_.preflight && assignment->preflight()) {
+  if (options_.preflight && assignment.preflight()) {
     Log(out, Level::kInfo,
         "--preflight allreduce: checking the job's all-reduce across every rank before the "
         "script starts");
-    after_preflight_ = *assignment;
-    out->push_back(action::StartWorkers{*std::move(assignment), attempts_, /*preflight=*/true});
+    after_preflight_ = assignment;
+    out->push_back(action::StartWorkers{std::move(assignment), attempts_, /*preflight=*/true});
     return;
   }
-  out->push_back(action::StartWorkers{*std::move(assignment), attempts_});
+  out->push_back(action::StartWorkers{std::move(assignment), attempts_});
   ++attempts_;
 }
 
@@ -669,6 +703,10 @@ std::optional<rdzv::RoundChanged> ElasticState::MissedRound(
 
 void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time now,
                                Actions* out) {
+  if (unverified_) {
+    OnVerified(answer, now, out);
+    return;
+  }
   const absl::Status& status = answer.status();
   if (absl::IsCancelled(status)) return;
   if (absl::IsUnauthenticated(status)) {
@@ -806,6 +844,7 @@ Actions ElasticState::OnTimer(absl::Time now) {
   if (phase_ == AgentPhase::kExiting) return out;
   if (const std::optional<absl::Time> due = NextDeadline(); due && now - *due >= kStalled) {
     // The timer is due every keep_alive_interval at most: this process did not run.
+    resumed_at_ = now;
     Log(&out, Level::kWarn,
         absl::StrCat("this agent did not run for ",
                      absl::StrFormat("%.1f", absl::ToDoubleSeconds(now - *due)),

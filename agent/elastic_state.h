@@ -329,6 +329,10 @@ class ElasticState {
   // What a kFailedPrecondition answer for a closed job tells (rdzv::ClosedJob).
   static rdzv::JobClosed ClosedBy(const absl::Status& status);
   void OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::Time now, Actions* out);
+  // The assignment this node takes: its workers start.
+  void StartRound(rdzv::Assignment assignment, absl::Time now, Actions* out);
+  // The heartbeat that checks unverified_ answered.
+  void OnVerified(const absl::StatusOr<int64_t>& answer, absl::Time now, Actions* out);
   void ReportFailureAndStop(const WorkerFailure& failure, absl::Time now, Actions* out);
   // The last of failures_ is the pre-flight's: marked so, and the script's
   // start that waited for it dropped.
@@ -387,6 +391,11 @@ class ElasticState {
   std::optional<rdzv::JobClosed> closed_;
   std::vector<WorkerFailure> failures_;  // of the latest failed attempt
   std::string leave_why_;                // AfterStop::kExitLeave: what this node lacks
+  // An assignment that waited while this process did not run: its round
+  // is checked with a heartbeat before the workers start.
+  std::optional<rdzv::Assignment> unverified_;
+  // When a late timer last showed that this process had not run.
+  std::optional<absl::Time> resumed_at_;
   // The pre-flight's workers run; the script waits for them with this assignment.
   std::optional<rdzv::Assignment> after_preflight_;
 

@@ -742,16 +742,27 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
                                  absl::Time now, Effects* effects) {
   auto node_it = job.nodes.find(node_id);
   if (node_it == job.nodes.end()) return;
-  const std::string host = node_it->second.info.host();
-  std::string secret = node_it->second.secret;
-  effects->rearm_timer = true;
-  job.live_workers -= node_it->second.info.local_world_size();
-  if (node_it->second.member) {
+  const bool member = node_it->second.member;
+  TakeOut(job, node_id, why, now, effects);
+  // Journalled after what its removal led to (a round opened, the job
+  // closed): a journal torn between the two then restores the node in
+  // that round, where it is dropped again, rather than a running round
+  // that lacks its ranks, which would never end.
+  if (member) {
     JournalRecord record;
     record.mutable_node_removed()->set_job_id(job.id);
     record.mutable_node_removed()->set_node_id(node_id);
     Record(effects, std::move(record));
   }
+}
+
+void RendezvousState::TakeOut(Job& job, const std::string& node_id, const std::string& why,
+                              absl::Time now, Effects* effects) {
+  auto node_it = job.nodes.find(node_id);
+  const std::string host = node_it->second.info.host();
+  std::string secret = node_it->second.secret;
+  effects->rearm_timer = true;
+  job.live_workers -= node_it->second.info.local_world_size();
   job.nodes.erase(node_it);
   if (job.nodes.empty()) job.empty_since = now;
   job.lost.push_back(host);

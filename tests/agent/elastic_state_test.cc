@@ -995,6 +995,40 @@ TEST_F(ElasticStateTest, AJoinRefusedBecauseTheJobSucceededExitsZero) {
   EXPECT_THAT(Names(refused), ElementsAre("Exit 0"));
 }
 
+// Found by the simulator (seed 169140 before the fix): an agent stopped
+// (SIGSTOP) while its assignment arrived started that round's workers when
+// it ran again, though the job had moved on twice, with a lower restart
+// count than the rounds that ran meanwhile.
+TEST_F(ElasticStateTest, AnAssignmentThatWaitedForAStoppedAgentIsCheckedFirst) {
+  ToJoining();  // its progress line was due at 2 s: it ran again at 30 s
+  Actions joined = state_.OnRdzv(rdzv_event::Joined{Assigned(1)}, At(30'000));
+  EXPECT_THAT(Names(joined), ElementsAre("Heartbeat"));
+  EXPECT_THAT(Logs(joined), ElementsAre(HasSubstr("asking the rendezvous whether that round")));
+  EXPECT_THAT(Names(state_.OnRdzv(Beat(1), At(30'010))), ElementsAre("OpenWatch", "StartWorkers"));
+
+  // Its late timer may run first, when it runs again: the same.
+  ElasticState timer_first(Options());
+  timer_first.Start(At(0));
+  timer_first.OnTimer(At(30'000));
+  EXPECT_THAT(Names(timer_first.OnRdzv(rdzv_event::Joined{Assigned(1)}, At(30'000))),
+              ElementsAre("Heartbeat"));
+}
+
+TEST_F(ElasticStateTest, AStaleAssignmentIsDroppedAndTheNodeJoinsAgain) {
+  for (const absl::StatusOr<int64_t>& answer :
+       {absl::StatusOr<int64_t>(3),
+        absl::StatusOr<int64_t>(absl::NotFoundError("node n was dropped from job 'job'")),
+        absl::StatusOr<int64_t>(absl::UnavailableError("connection reset"))}) {
+    ElasticState state(Options());
+    state.Start(At(0));
+    state.OnRdzv(rdzv_event::Joined{Assigned(1)}, At(30'000));
+    Actions again = state.OnRdzv(Beat(answer), At(30'010));
+    EXPECT_THAT(Names(again), ElementsAre("Join")) << answer.status();
+    EXPECT_THAT(Logs(again), Contains(HasSubstr("round 1 is over or cannot be checked")))
+        << answer.status();
+  }
+}
+
 // Found by the simulator (tests/sim, seed 933 before the fix): a node whose
 // failure report reached a musterd that had just restarted was stopped
 // (SIGSTOP) before it heard of the next round; dropped meanwhile, it waited

@@ -332,7 +332,10 @@ class World {
   std::optional<rdzv::JobEvent> closed_;  // the job's close, as delivered
 
   // The checker's records.
+  // By RoundKey: a job forgotten and made anew under its id starts at round 0.
   std::map<int64_t, RoundSeen> rounds_;
+  int64_t job_incarnation_ = 0;
+  int64_t RoundKey(int64_t round) const { return job_incarnation_ * 1'000'000'000 + round; }
   int max_restart_seen_ = 0;
   int failures_injected_ = 0;
   // Workers of a round older than one started on their seat: since when.
@@ -751,7 +754,7 @@ void World::ServerStep(std::function<void()> serve) {
     if (event.kind() == rdzv::JobEvent::JOB_FORGOTTEN) {
       // A node that joins now starts a new job under the same id.
       Note("job forgotten");
-      rounds_.clear();
+      ++job_incarnation_;
       max_restart_seen_ = 0;
       failures_injected_ = 0;
       closed_.reset();
@@ -1146,7 +1149,8 @@ void World::OpenWatch(Agent& agent, const action::OpenWatch& open) {
 void World::AskPeers(Agent& agent, const action::AskPeers& ask) {
   auto answers = std::make_shared<std::vector<PeerAnswer>>();
   const int host = agent.host;
-  for (const auto& [group_rank, uid] : rounds_[ask.round].group_ranks) {
+  for (const auto& seat : rounds_[RoundKey(ask.round)].group_ranks) {
+    const int uid = seat.second;
     if (uid == agent.uid) continue;
     const size_t slot = answers->size();
     answers->push_back(PeerAnswer{.node = absl::StrCat("h", Find(uid)->host)});
@@ -1172,10 +1176,10 @@ void World::AskPeers(Agent& agent, const action::AskPeers& ask) {
 void World::StartWorkers(Agent& agent, const action::StartWorkers& start) {
   const Assignment& assignment = start.assignment;
   CheckAssignment(agent, assignment);
-  RoundSeen& round = rounds_[assignment.round()];
+  const int64_t key = RoundKey(assignment.round());
+  RoundSeen& round = rounds_[key];
   for (int local = 0; local < shape_.nproc; ++local) {
-    agent.workers.push_back(
-        Worker{assignment.rank_base() + local, local, assignment.round(), next_pid_++, true});
+    agent.workers.push_back(Worker{assignment.rank_base() + local, local, key, next_pid_++, true});
   }
   round.started_ranks += shape_.nproc;
   round.live_ranks += shape_.nproc;
@@ -1184,7 +1188,7 @@ void World::StartWorkers(Agent& agent, const action::StartWorkers& start) {
                     ", restarts ", assignment.restart_count()));
   // Every rank runs: the round trains, and succeeds unless a rank stops first.
   if (round.started_ranks == round.world_size && !round.broken) {
-    At(Now() + shape_.work, [this, r = assignment.round()] { CheckRoundSucceeds(r); });
+    At(Now() + shape_.work, [this, key] { CheckRoundSucceeds(key); });
   }
   Do(agent, agent.state.OnWorkersStarted(shape_.nproc, std::nullopt, Now()));
 }
@@ -1273,7 +1277,8 @@ void World::AgentExits(Agent& agent, const action::Exit& exit) {
 // ---- The checker ----
 
 void World::CheckAssignment(const Agent& agent, const Assignment& a) {
-  RoundSeen& round = rounds_[a.round()];
+  const int64_t key = RoundKey(a.round());
+  RoundSeen& round = rounds_[key];
   const std::string master = absl::StrCat(a.master_addr(), ":", a.master_port());
   const std::string where = absl::StrCat("round ", a.round(), " (", agent.node_id, "): ");
   if (round.world_size == 0) {
@@ -1319,7 +1324,7 @@ void World::CheckAssignment(const Agent& agent, const Assignment& a) {
   for (auto& other : agents_) {
     if (!other->alive) continue;
     for (const Worker& worker : other->workers) {
-      if (worker.alive && worker.round < a.round() && worker.rank >= begin && worker.rank < end) {
+      if (worker.alive && worker.round < key && worker.rank >= begin && worker.rank < end) {
         overlap_since_.emplace(std::make_pair(other->uid, worker.round), Now());
         overlap_stopped_at_.emplace(std::make_pair(other->uid, worker.round), other->stopped_total);
       }
@@ -1360,9 +1365,15 @@ Duration World::SplitBrainBound(int64_t round) const {
   // connection dead), 1 s (to ask its peers), shutdown_grace and 1 s of a
   // newer round starting on their seats; those of a node alone in its
   // round, which has no peer to ask, within heartbeat_timeout more.
+  // In host mode a node does not ride out: it gives up once
+  // keep_alive_max_attempt heartbeats in a row went unanswered (each within
+  // its 10 s deadline).
   const RoundSeen& seen = rounds_.at(round);
-  return 2 * ClientKeepalive() + ElasticState::kPeerTimeout + shape_.shutdown_grace +
-         absl::Seconds(1) +
+  const Duration find = 2 * ClientKeepalive() + shape_.shutdown_grace + absl::Seconds(1);
+  if (shape_.backend == Backend::kHost) {
+    return find + kRpcTimeout + shape_.keep_alive_interval * shape_.keep_alive_max_attempt;
+  }
+  return find + ElasticState::kPeerTimeout +
          (seen.group_world_size == 1 ? shape_.heartbeat_timeout : absl::ZeroDuration());
 }
 

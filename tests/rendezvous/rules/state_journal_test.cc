@@ -273,6 +273,26 @@ TEST_F(DurableStateTest, AMemberLeftOutOfTheNextRoundIsNoMemberInASnapshot) {
   EXPECT_EQ(members(), live);
 }
 
+// Found by the simulator (seed 318907 before the fix): musterd crashed
+// while it wrote that node b was lost and the round it opened for that;
+// the journal kept the first record only, and the restored job ran round 0
+// without b's ranks, which never ended.
+TEST_F(DurableStateTest, AJournalTornAfterANodesRemovalStillOpensItsRound) {
+  config_ = Config(1, 2);
+  Form({"a", "b"}, At(0));
+  Beat({"a"}, At(kHeartbeatMs - 1));
+  const size_t before = journal_.size();
+  Advance(At(kHeartbeatMs + 1));  // b silent: it is lost, and round 1 opens
+  ASSERT_EQ(journal_.size(), before + 2);
+  std::vector<JournalRecord> torn(journal_.begin(), journal_.end() - 1);
+  RestartFrom(torn, At(20'000));
+  EXPECT_EQ(JobStatus().state(), "open") << "round 0 cannot run without b's ranks";
+  EXPECT_EQ(JobStatus().round(), 1);
+  Restart(At(30'000));  // the whole journal: the same, b gone
+  EXPECT_EQ(JobStatus().state(), "open");
+  EXPECT_EQ(JobStatus().round(), 1);
+}
+
 TEST_F(DurableStateTest, ARecordThatDoesNotFitIsRefused) {
   JournalRecord opened;
   opened.mutable_round_opened()->set_job_id("never-formed");
