@@ -777,7 +777,9 @@ void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time
                      " failed: ", status.message()));
   }
   if (heartbeat_failures_ < options_.keep_alive_max_attempt) return;
-  if (phase_ == AgentPhase::kFinishing) return;  // the pending ReportDone decides
+  // The pending ReportDone decides; with none pending (the job moved on as
+  // this node finished), nothing else would.
+  if (phase_ == AgentPhase::kFinishing && unreported_done_) return;
   GiveUp(absl::StrCat("the rendezvous at ", options_.rdzv_target, " did not answer ",
                       heartbeat_failures_,
                       " heartbeats in a row (keep_alive_max_attempt); the job cannot go on "

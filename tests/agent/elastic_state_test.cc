@@ -800,6 +800,20 @@ TEST_F(ElasticStateTest, UnansweredHeartbeatsWhileFinishingLeaveTheDecisionToRep
   EXPECT_EQ(state_.phase(), AgentPhase::kFinishing);
 }
 
+// Found by the simulator (seed 499853 before the fix): in host mode, a node
+// whose workers finished as the job moved on (its ReportDone answered
+// Aborted) waited for the next round's push; the node that hosted the
+// rendezvous left first, and it waited for ever, its heartbeats unanswered.
+TEST_F(ElasticStateTest, AFinishingNodeWithNothingPendingGivesUpOnAGoneRendezvous) {
+  ToFinishing();
+  state_.OnRdzv(rdzv_event::DoneReported{absl::AbortedError("round 1 is over")}, At(110));
+  ASSERT_EQ(state_.phase(), AgentPhase::kFinishing);
+  const absl::Status down = absl::UnavailableError("connection refused");
+  state_.OnRdzv(Beat(down), At(200));
+  state_.OnRdzv(Beat(down), At(300));
+  EXPECT_THAT(Names(state_.OnRdzv(Beat(down), At(400))), ElementsAre("Exit 1"));
+}
+
 TEST_F(ElasticStateTest, AJobThatFailsWhileThisNodeFinishedExitsFailed) {
   ToFinishing();
   EXPECT_THAT(Names(state_.OnRdzv(JobClosed(false, "node b failed"), At(110))),

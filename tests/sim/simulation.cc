@@ -473,9 +473,10 @@ void World::KillAgent(Agent& agent) {
     HostedServerDies();
     return;
   }
-  // Its kernel closes its connections: the server hears of it at once, or
-  // finds it when its probes go unanswered.
-  if (!LinkDown(agent.host)) BreakConnection(agent.host, false);
+  // Its kernel closes its connections (FIN): the server hears of it at
+  // once, or when the link is back (TCP sends it again), or finds it dead
+  // by its probes first.
+  Carry(agent.host, [this, host = agent.host] { BreakConnection(host, false); });
 }
 
 void World::HostedServerDies() {
@@ -1178,6 +1179,7 @@ void World::StartWorkers(Agent& agent, const action::StartWorkers& start) {
   CheckAssignment(agent, assignment);
   const int64_t key = RoundKey(assignment.round());
   RoundSeen& round = rounds_[key];
+  agent.succeeded_round = -1;  // a newer round: what it finished before is superseded
   for (int local = 0; local < shape_.nproc; ++local) {
     agent.workers.push_back(Worker{assignment.rank_base() + local, local, key, next_pid_++, true});
   }
