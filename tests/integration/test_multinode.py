@@ -134,6 +134,21 @@ class Restarts(MultiNodeTest):
                              name + ":\n" + err)
 
 
+    def test_a_node_slow_to_stop_keeps_its_seat_in_the_restart_round(self):
+        # No last call: without the stop allowance each agent tells the
+        # rendezvous, round 1 would form at once without the node whose
+        # rank 5 takes 1.5 s to stop, and a round 2 would open for it.
+        procs = [self.agent(f"n{i}", "--shutdown-timeout", "3", "--no-python", "/usr/bin/python3",
+                            RECORD, self.tmp, "--seconds", "4", "--fail-rank", "0",
+                            "--slow-stop-rank", "5", "--slow-stop-seconds", "1.5",
+                            nnodes="2:3", conf="last_call_timeout=0", max_restarts="1")
+                 for i in range(3)]
+        self.assertEqual(self.wait_all(procs), [0, 0, 0], self.errors(["n0", "n1", "n2"]))
+        after = [r for r in self.records() if r[0] == 1]
+        self.assertEqual({r[1] for r in after}, {6}, self.errors(["n0", "n1", "n2"]))
+        self.assertEqual(sorted(r[2] for r in after), [0, 1, 2, 3, 4, 5])
+
+
 class Elastic(MultiNodeTest):
     """3: a job of 2:3 nodes starts with two and grows to three without a restart."""
 
@@ -152,6 +167,20 @@ class Elastic(MultiNodeTest):
         self.assertEqual(sorted(r[2] for r in six), [0, 1, 2, 3, 4, 5])
         self.assertEqual({r[3]["TORCHELASTIC_RESTART_COUNT"] for r in six}, {"0"})
         self.assertEqual(self.wait_all([a, b, c]), [0, 0, 0], self.errors(["n0", "n1", "n2"]))
+
+
+    def test_a_spare_of_a_job_that_succeeds_exits_0(self):
+        # Two seats, three agents: the third waits, and the job succeeds
+        # without it. A Slurm step fails if any task exits non-zero.
+        procs = [self.agent(f"n{i}", "--no-python", "/usr/bin/python3", RECORD, self.tmp,
+                            "--seconds", "3", nnodes="2:2") for i in range(2)]
+        started = wait_for(lambda: len([r for r in self.records() if r[1] == 4]) == 4, timeout=30)
+        self.assertTrue(started, self.errors(["n0", "n1"]))
+        spare = self.agent("n2", "--no-python", "/usr/bin/python3", RECORD, self.tmp,
+                           "--seconds", "3", nnodes="2:2")
+        self.assertEqual(self.wait_all([*procs, spare]), [0, 0, 0],
+                         self.errors(["n0", "n1", "n2"]))
+        self.assertIn("succeeded and is closed", self.read("n2.err"))
 
 
 class LostNodes(MultiNodeTest):

@@ -1,16 +1,19 @@
 """A worker for the multi-node tests: records its environment, then sleeps.
 
   record.py DIR [--seconds S] [--fail-rank R] [--fail-times K]
+            [--slow-stop-rank R --slow-stop-seconds T]
 
 Writes DIR/env.<restart>.<world>.<rank>.<pid> (JSON of its environment,
 written aside and renamed). With --fail-rank, that rank exits 1 in its first
 K attempts (K counted by marker files DIR/failed.*). Otherwise it sleeps S
-seconds (default 1) and exits 0; SIGTERM ends it at once.
+seconds (default 1) and exits 0; SIGTERM ends it at once, but for the rank
+of --slow-stop-rank, which takes T seconds to stop.
 """
 import argparse
 import glob
 import json
 import os
+import signal
 import time
 
 parser = argparse.ArgumentParser()
@@ -18,6 +21,8 @@ parser.add_argument("dir")
 parser.add_argument("--seconds", type=float, default=1.0)
 parser.add_argument("--fail-rank", type=int, default=-1)
 parser.add_argument("--fail-times", type=int, default=1)
+parser.add_argument("--slow-stop-rank", type=int, default=-1)
+parser.add_argument("--slow-stop-seconds", type=float, default=0.0)
 args = parser.parse_args()
 
 env = dict(os.environ)
@@ -33,4 +38,9 @@ if int(env["RANK"]) == args.fail_rank:
     if failed < args.fail_times:
         open(os.path.join(args.dir, f"failed.{failed}"), "w").close()
         raise SystemExit(1)
+if int(env["RANK"]) == args.slow_stop_rank:
+    def stop_slowly(signum, frame):
+        time.sleep(args.slow_stop_seconds)
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, stop_slowly)
 time.sleep(args.seconds)
