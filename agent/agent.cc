@@ -36,6 +36,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_handle.h"
+#include "rendezvous/auth/node_secret.h"
 #include "rendezvous/rules/protocol.h"
 
 namespace muster {
@@ -149,7 +150,8 @@ class Agent::Impl {
       : options_(std::move(options)), config_(options_.config), client_(std::move(client)),
         runner_(runner), clock_(clock), logger_(Logger("agent")),
         state_(ElasticOptionsFor(options_, client_->target())),
-        node_id_(absl::StrCat(options_.host, ":", getpid(), ":", RandomSuffix())) {}
+        node_id_(absl::StrCat(options_.host, ":", getpid(), ":", RandomSuffix())),
+        join_key_(rdzv::NewNodeSecret().value_or("")) {}
 
   ~Impl() {
     gpu_watcher_.reset();  // posts nothing after this
@@ -230,6 +232,9 @@ class Agent::Impl {
   // What the rendezvous gave this node on its last join; every call for the
   // node carries it. Loop thread only.
   std::string node_secret_;
+  // Sent with every join (JoinRequest.join_key): this process's, so that a
+  // join again before any seat is known for its own.
+  const std::string join_key_;
   // What Emit told already.
   int64_t last_round_told_ = -1;
   bool closed_told_ = false;
@@ -669,6 +674,7 @@ void Agent::Impl::Do(const action::Join& join) {
   node->set_stop_allowance_ms(absl::ToInt64Milliseconds(
       ElasticState::StopAllowance(absl::FromChrono(config_.shutdown_grace))));
   request.set_node_secret(node_secret_);  // empty on the first join
+  request.set_join_key(join_key_);
   request.set_protocol_version(rdzv::kProtocolVersion);
   request.set_health_fault(join.health_fault);
   logger_->debug("joining job '{}' at {} as node {}", config_.rdzv_id, client_->target(), node_id_);
@@ -850,9 +856,10 @@ void Agent::Impl::Do(const action::SendHeartbeat& heartbeat) {
                             : std::string()));
     }
   }
-  client_->Heartbeat(request, kRpcTimeout, [this](absl::StatusOr<int64_t> round) {
-    Post(rdzv_event::HeartbeatAnswered{std::move(round)});
-  });
+  client_->Heartbeat(request, kRpcTimeout,
+                     [this, seq = heartbeat.seq](absl::StatusOr<int64_t> round) {
+                       Post(rdzv_event::HeartbeatAnswered{std::move(round), seq});
+                     });
 }
 
 void Agent::Impl::Do(const action::ReadProgress&) {

@@ -87,7 +87,10 @@ void ElasticState::SendJoin(absl::Time now, Actions* out) {
 rdzv::JobClosed ElasticState::ClosedBy(const absl::Status& status) {
   rdzv::JobClosed closed;
   closed.set_reason(std::string(status.message()));
-  closed.set_succeeded(absl::StrContains(status.message(), rdzv::kJobSucceeded));
+  // Before the reason, which is free text ("job 'J' succeeded and is closed (REASON)").
+  const absl::string_view message = status.message();
+  const size_t marker = message.find(rdzv::kJobSucceeded);
+  closed.set_succeeded(marker != absl::string_view::npos && marker < message.find(" ("));
   return closed;
 }
 
@@ -167,8 +170,7 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
     if (absl::IsUnauthenticated(status)) {
       // The client's message names the rendezvous and the token file.
       ExitFailed(std::string(status.message()), out);
-    } else if (absl::IsFailedPrecondition(status) &&
-               absl::StrContains(status.message(), rdzv::kJobSucceeded)) {
+    } else if (absl::IsFailedPrecondition(status) && ClosedBy(status).succeeded()) {
       // The job succeeded without this node (a spare, or a node that came
       // back late): nothing failed.
       Log(out, Level::kInfo, std::string(status.message()));
@@ -205,7 +207,8 @@ void ElasticState::OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::T
         absl::StrCat("this agent did not run while its seat in round ", assignment->round(),
                      " waited for it; asking the rendezvous whether that round still runs"));
     unverified_ = *std::move(assignment);
-    out->push_back(action::SendHeartbeat{});
+    verify_seq_ = ++heartbeat_seq_;
+    out->push_back(action::SendHeartbeat{std::nullopt, verify_seq_});
     return;
   }
   StartRound(*std::move(assignment), now, out);
@@ -267,6 +270,9 @@ Actions ElasticState::OnWorkersStarted(int started, std::optional<WorkerFailure>
   if (!in_preflight() && options_.progress_poll > absl::ZeroDuration()) {
     progress_poll_at_ = now + options_.progress_poll;
   }
+  // Workers that start while the rendezvous is away (the script after the
+  // pre-flight) are checked with the peers too.
+  if (options_.ask_peers && unreachable_since_ && RidesOut() && !peers_at_) peers_at_ = now;
   if (spawn_failure && spawn_failure->agent_out_of_resources) {
     const std::string lack = spawn_failure->error ? spawn_failure->error->message : "";
     Log(&out, Level::kError,
@@ -477,7 +483,11 @@ Actions ElasticState::OnRdzv(RdzvEvent event, absl::Time now) {
   } else if (auto* done = std::get_if<rdzv_event::DoneReported>(&event)) {
     OnDoneReported(done->status, now, &out);
   } else if (auto* beat = std::get_if<rdzv_event::HeartbeatAnswered>(&event)) {
-    OnHeartbeat(beat->round, now, &out);
+    if (unverified_ && beat->seq == verify_seq_) {
+      OnVerified(beat->round, now, &out);  // only its own answer, sent since it waited
+    } else {
+      OnHeartbeat(beat->round, now, &out);
+    }
   } else if (auto* job = std::get_if<rdzv_event::JobStatusAnswered>(&event)) {
     if (phase_ == AgentPhase::kJoining && absl::IsUnauthenticated(job->job.status())) {
       GiveUp(std::string(job->job.status().message()), now, &out);
@@ -703,10 +713,6 @@ std::optional<rdzv::RoundChanged> ElasticState::MissedRound(
 
 void ElasticState::OnHeartbeat(const absl::StatusOr<int64_t>& answer, absl::Time now,
                                Actions* out) {
-  if (unverified_) {
-    OnVerified(answer, now, out);
-    return;
-  }
   const absl::Status& status = answer.status();
   if (absl::IsCancelled(status)) return;
   if (absl::IsUnauthenticated(status)) {
@@ -881,7 +887,7 @@ Actions ElasticState::OnTimer(absl::Time now) {
   if (heartbeat_at_ && now >= *heartbeat_at_) {
     heartbeat_at_ = now + options_.keep_alive_interval;
     // The open watch stream is the heartbeat otherwise.
-    if (!watch_started_) out.push_back(action::SendHeartbeat{});
+    if (!watch_started_) out.push_back(action::SendHeartbeat{std::nullopt, ++heartbeat_seq_});
   }
   if (health_deadline_ && now >= *health_deadline_) {
     health_deadline_.reset();
@@ -942,7 +948,7 @@ Actions ElasticState::OnProgress(const NodeProgress& progress, absl::Time now) {
   report.set_count(progress.count);
   report.set_age_ms(std::max<int64_t>(0, absl::ToInt64Milliseconds(now - progress.written)));
   report.set_round(round_);
-  out.push_back(action::SendHeartbeat{std::move(report)});
+  out.push_back(action::SendHeartbeat{std::move(report), ++heartbeat_seq_});
   return out;
 }
 

@@ -125,6 +125,7 @@ struct DoneReported {
 };
 struct HeartbeatAnswered {
   absl::StatusOr<int64_t> round;
+  uint64_t seq = 0;  // the SendHeartbeat's
 };
 struct JobStatusAnswered {
   absl::StatusOr<rdzv::StatusResponse> job;
@@ -179,6 +180,8 @@ struct ReportDone {
 // `progress`: this node's workers wrote a new step since the last report.
 struct SendHeartbeat {
   std::optional<rdzv::Progress> progress;
+  // Given back with its answer (rdzv_event::HeartbeatAnswered::seq).
+  uint64_t seq = 0;
 };
 // Read the workers' progress files (MUSTER_PROGRESS_FILE), then call
 // ElasticState::OnProgress with what they say.
@@ -394,6 +397,8 @@ class ElasticState {
   // An assignment that waited while this process did not run: its round
   // is checked with a heartbeat before the workers start.
   std::optional<rdzv::Assignment> unverified_;
+  uint64_t verify_seq_ = 0;     // the heartbeat whose answer checks it
+  uint64_t heartbeat_seq_ = 0;  // the last SendHeartbeat's seq
   // When a late timer last showed that this process had not run.
   std::optional<absl::Time> resumed_at_;
   // The pre-flight's workers run; the script waits for them with this assignment.

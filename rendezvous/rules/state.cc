@@ -100,8 +100,10 @@ absl::Status RendezvousState::CheckJoin(const JoinRequest& request) {
     if (auto live = job.nodes.find(info.node_id()); live != job.nodes.end()) {
       // A node never seated was never told its secret: its agent, which
       // gave up on a join the server still holds (a connection that broke
-      // on one side first), joins again without it, superseding it.
-      const bool unseated_again = !live->second.secret_told && request.node_secret().empty();
+      // on one side first), joins again without it, superseding it; its
+      // join key, drawn by that agent process, says it is the same one.
+      const bool unseated_again = !live->second.secret_told && !request.join_key().empty() &&
+                                  ConstantTimeEquals(live->second.join_key, request.join_key());
       if (!unseated_again && !ConstantTimeEquals(live->second.secret, request.node_secret())) {
         return absl::PermissionDeniedError(absl::StrCat(
             "node id ", info.node_id(), " is held by another agent in job '", job.id,
@@ -144,12 +146,14 @@ RendezvousState::Job& RendezvousState::JobToJoin(const JoinRequest& request, abs
   return job;
 }
 
-void RendezvousState::RecordJoin(Job& job, const NodeInfo& info, absl::string_view peer_addr,
+void RendezvousState::RecordJoin(Job& job, const JoinRequest& request, absl::string_view peer_addr,
                                  absl::string_view new_secret, absl::Time now, Effects* effects) {
+  const NodeInfo& info = request.node();
   auto [node_it, is_new] = job.nodes.try_emplace(info.node_id());
   Node& node = node_it->second;
   if (is_new) {
     node.secret = std::string(new_secret);
+    node.join_key = request.join_key();
   } else {
     job.live_workers -= node.info.local_world_size();
   }
@@ -221,7 +225,7 @@ absl::Status RendezvousState::Join(const JoinRequest& request, absl::string_view
   MUSTER_RETURN_IF_ERROR(CheckJoin(request));
   if (!request.health_fault().empty()) return RefuseUnhealthy(request, now, effects);
   Job& job = JobToJoin(request, now, effects);
-  RecordJoin(job, request.node(), peer_addr, new_secret, now, effects);
+  RecordJoin(job, request, peer_addr, new_secret, now, effects);
   if (job.phase == Phase::kOpen) {
     JoinOpenRound(job, request.node(), now, effects);
   } else {

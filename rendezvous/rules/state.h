@@ -176,8 +176,9 @@ class RendezvousState {
   // `new_secret` becomes the node's secret if the node is not live in the
   // job (the caller draws it: NewNodeSecret; this class has no randomness);
   // a live node keeps its own, and its join must present it, unless it was
-  // never seated (never told it): a join without one then takes the place
-  // of its pending join. Every Assignment carries the node's secret.
+  // never seated (never told it): a join with the join key of its first
+  // then takes the place of its pending join. Every Assignment carries the
+  // node's secret.
   // Errors: kInvalidArgument bad request; kFailedPrecondition the job is
   // closed, the node's config differs from the job's, or another protocol
   // version; kPermissionDenied a join for a live node without its secret;
@@ -341,6 +342,7 @@ class RendezvousState {
     bool watching = false;     // its watch stream is open: it needs no heartbeats
     bool member = false;       // in the last round formed: its secret is durable
     bool secret_told = false;  // it has had an assignment, which carries its secret
+    std::string join_key;      // of its first join (JoinRequest.join_key)
     // Its workers' progress in the running round: the highest step (-1:
     // none), when it was written, and the steps a second between the last
     // two reports that moved it.
@@ -431,7 +433,7 @@ class RendezvousState {
   // LeaveRequest.exclude when its own check fails.
   absl::Status RefuseUnhealthy(const JoinRequest& request, absl::Time now, Effects* effects);
   Job& JobToJoin(const JoinRequest& request, absl::Time now, Effects* effects);
-  void RecordJoin(Job& job, const NodeInfo& info, absl::string_view peer_addr,
+  void RecordJoin(Job& job, const JoinRequest& request, absl::string_view peer_addr,
                   absl::string_view new_secret, absl::Time now, Effects* effects);
   void JoinOpenRound(Job& job, const NodeInfo& info, absl::Time now, Effects* effects);
   void JoinRunningRound(Job& job, const NodeInfo& info, absl::Time now, Effects* effects);

@@ -148,6 +148,10 @@ absl::Status ValidateJoinRequest(const JoinRequest& request) {
         absl::StrCat("the node secret is ", request.node_secret().size(),
                      " bytes long; the server's secrets have at most ", kMaxNodeSecretLength));
   }
+  if (request.join_key().size() > kMaxNodeSecretLength) {
+    return absl::InvalidArgumentError(absl::StrCat("the join key is ", request.join_key().size(),
+                                                   " bytes long; at most ", kMaxNodeSecretLength));
+  }
   MUSTER_RETURN_IF_ERROR(CheckHostField("host", info.host()));
   MUSTER_RETURN_IF_ERROR(
       CheckHostField("advertised address (--local-addr)", info.advertised_addr()));

@@ -999,6 +999,17 @@ TEST_F(RideOutTest, AReportDoneAnsweredThatTheJobClosedEndsTheNodeAsTheJobEnded)
 
 // Found by the simulator (seed 3): a spare waiting while the job succeeded
 // was refused its join, and exited 1, which fails a Slurm step.
+TEST_F(ElasticStateTest, OnlyTheWordsBeforeTheReasonSayTheJobSucceeded) {
+  // The reason is free text (an operator's, a node's leave reason).
+  ToRunning(1);
+  state_.OnRdzv(
+      Beat(absl::FailedPreconditionError("job 'job' is closed (stopped by an operator: job "
+                                         "'x' succeeded and is closed (y))")),
+      At(100));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(0, 0, SIGTERM), At(110))),
+              ElementsAre("Exit 1"));
+}
+
 TEST_F(ElasticStateTest, AJoinRefusedBecauseTheJobSucceededExitsZero) {
   ToJoining();
   Actions refused = state_.OnRdzv(
@@ -1018,14 +1029,20 @@ TEST_F(ElasticStateTest, AnAssignmentThatWaitedForAStoppedAgentIsCheckedFirst) {
   Actions joined = state_.OnRdzv(rdzv_event::Joined{Assigned(1)}, At(30'000));
   EXPECT_THAT(Names(joined), ElementsAre("Heartbeat"));
   EXPECT_THAT(Logs(joined), ElementsAre(HasSubstr("asking the rendezvous whether that round")));
-  EXPECT_THAT(Names(state_.OnRdzv(Beat(1), At(30'010))), ElementsAre("OpenWatch", "StartWorkers"));
+  const uint64_t seq = Find<action::SendHeartbeat>(joined).seq;
+  // An answer to an older heartbeat (sent before it stopped) does not tell.
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::HeartbeatAnswered{1, seq - 1}, At(30'005))),
+              Not(Contains("StartWorkers")));
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::HeartbeatAnswered{1, seq}, At(30'010))),
+              ElementsAre("OpenWatch", "StartWorkers"));
 
   // Its late timer may run first, when it runs again: the same.
   ElasticState timer_first(Options());
   timer_first.Start(At(0));
   timer_first.OnTimer(At(30'000));
-  EXPECT_THAT(Names(timer_first.OnRdzv(rdzv_event::Joined{Assigned(1)}, At(30'000))),
-              ElementsAre("Heartbeat"));
+  Actions joined_late = timer_first.OnRdzv(rdzv_event::Joined{Assigned(1)}, At(30'000));
+  EXPECT_THAT(Names(joined_late), ElementsAre("Heartbeat"));
+  EXPECT_GT(Find<action::SendHeartbeat>(joined_late).seq, 0u);
 }
 
 TEST_F(ElasticStateTest, AStaleAssignmentIsDroppedAndTheNodeJoinsAgain) {
@@ -1035,8 +1052,9 @@ TEST_F(ElasticStateTest, AStaleAssignmentIsDroppedAndTheNodeJoinsAgain) {
         absl::StatusOr<int64_t>(absl::UnavailableError("connection reset"))}) {
     ElasticState state(Options());
     state.Start(At(0));
-    state.OnRdzv(rdzv_event::Joined{Assigned(1)}, At(30'000));
-    Actions again = state.OnRdzv(Beat(answer), At(30'010));
+    const uint64_t seq =
+        Find<action::SendHeartbeat>(state.OnRdzv(rdzv_event::Joined{Assigned(1)}, At(30'000))).seq;
+    Actions again = state.OnRdzv(rdzv_event::HeartbeatAnswered{answer, seq}, At(30'010));
     EXPECT_THAT(Names(again), ElementsAre("Join")) << answer.status();
     EXPECT_THAT(Logs(again), Contains(HasSubstr("round 1 is over or cannot be checked")))
         << answer.status();

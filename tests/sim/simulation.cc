@@ -267,7 +267,7 @@ class World {
   void Perform(Agent& agent, const action::AbandonWorkers&);
   void Perform(Agent& agent, const action::ReportFailure& report);
   void Perform(Agent& agent, const action::ReportDone& done);
-  void Perform(Agent& agent, const action::SendHeartbeat&);
+  void Perform(Agent& agent, const action::SendHeartbeat& beat);
   void Perform(Agent& agent, const action::OpenWatch& open);
   void Perform(Agent& agent, const action::QueryStatus&);
   void Perform(Agent& agent, const action::AskPeers& ask);
@@ -983,16 +983,16 @@ void World::Perform(Agent& agent, const action::ReportDone& done) {
       });
 }
 
-void World::Perform(Agent& agent, const action::SendHeartbeat&) {
+void World::Perform(Agent& agent, const action::SendHeartbeat& beat) {
   auto request = Addressed<rdzv::HeartbeatRequest>(agent.node_id, agent.secret);
   Call<absl::StatusOr<int64_t>>(
       agent, kRpcTimeout, false,
       [this, request](std::function<void(absl::StatusOr<int64_t>)> reply) {
         reply(hub_->Heartbeat(request));
       },
-      [this](Agent& a, absl::StatusOr<int64_t> round) {
+      [this, seq = beat.seq](Agent& a, absl::StatusOr<int64_t> round) {
         NoteClosed(a, round.status());
-        Do(a, a.state.OnRdzv(rdzv_event::HeartbeatAnswered{std::move(round)}, Now()));
+        Do(a, a.state.OnRdzv(rdzv_event::HeartbeatAnswered{std::move(round), seq}, Now()));
       });
 }
 
@@ -1024,7 +1024,9 @@ void World::Unmodelled(Agent& agent) {
 void World::NoteClosed(Agent& agent, const absl::Status& status) {
   // A refused call says how the job closed (rdzv::ClosedJob).
   if (!absl::IsFailedPrecondition(status) || agent.told_closed) return;
-  if (absl::StrContains(status.message(), rdzv::kJobSucceeded)) {
+  const absl::string_view message = status.message();
+  const size_t marker = message.find(rdzv::kJobSucceeded);
+  if (marker != absl::string_view::npos && marker < message.find(" (")) {
     rdzv::JobClosed closed;
     closed.set_succeeded(true);
     agent.told_closed = closed;
@@ -1051,6 +1053,7 @@ void World::SendJoin(Agent& agent, const action::Join& join) {
   node->set_stop_allowance_ms(
       absl::ToInt64Milliseconds(ElasticState::StopAllowance(shape_.shutdown_grace)));
   request.set_node_secret(agent.secret);
+  request.set_join_key(absl::StrCat("key-", agent.node_id));  // one per agent process
   request.set_protocol_version(rdzv::kProtocolVersion);
   const int uid = agent.uid;
   const uint64_t call = ++agent.joins_sent;

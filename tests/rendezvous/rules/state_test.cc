@@ -272,22 +272,49 @@ TEST_F(StateTest, CallsForAClosedJobSayWhetherItSucceeded) {
 // Found by the simulator (seed 31971 before the fix): an agent whose
 // connection broke on its side first joined again while the server still
 // held its first join; without a secret (none was ever sent to it), it was
-// refused as an impostor and exited 1.
-TEST_F(StateTest, ANodeNeverSeatedMayJoinAgainWithoutASecret) {
+// refused as an impostor and exited 1. Its join key, drawn by its process,
+// now says the join is its own.
+TEST_F(StateTest, ANodeNeverSeatedMayJoinAgainWithItsJoinKey) {
   config_ = Config(2, 2);
-  Join({"a"}, At(0));
-  JoinRequest again = Request({"a"});
-  again.clear_node_secret();
+  JoinRequest first = Request({"a"});
+  first.clear_node_secret();
+  first.set_join_key("key-of-a");
   Effects effects;
-  EXPECT_TRUE(state_.Join(again, "peer-a", "another-secret", At(100), &effects).ok());
-  // Once seated, it is told its secret, and must present it.
+  ASSERT_TRUE(state_.Join(first, "peer-a", SecretOf("a"), At(0), &effects).ok());
+  // Someone else with a's id, another key or none: refused, a untouched.
+  for (const std::string& key : {std::string(), std::string("guessed")}) {
+    JoinRequest other = first;
+    other.set_join_key(key);
+    other.mutable_node()->set_host("elsewhere");
+    Effects refused;
+    EXPECT_EQ(state_.Join(other, "peer-x", "x", At(50), &refused).code(),
+              absl::StatusCode::kPermissionDenied)
+        << key;
+    EXPECT_TRUE(refused.empty());
+  }
+  EXPECT_TRUE(state_.Join(first, "peer-a", "another", At(100), &effects).ok());
+  // Once seated, it is told its secret, and must present it: the key is no
+  // proof any more.
   std::map<std::string, Assignment> formed = Assigned(Join({"b"}, At(200)));
   ASSERT_THAT(Keys(formed), ElementsAre("a", "b"));
   EXPECT_EQ(formed["a"].node_secret(), SecretOf("a")) << "the first join's";
   Fail("a", 0, At(300));
   Effects refused;
-  EXPECT_EQ(state_.Join(again, "peer-a", "x", At(400), &refused).code(),
+  EXPECT_EQ(state_.Join(first, "peer-a", "x", At(400), &refused).code(),
             absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(StateTest, ANodeDroppedAndNotSeatedAgainMayJoinAgainWithItsJoinKey) {
+  // It presents the secret it had, which the job no longer holds for it.
+  config_ = Config(1, 2);
+  Form({"a", "b"}, At(0));
+  Beat({"a"}, At(kHeartbeatMs - 1));
+  Advance(At(kHeartbeatMs + 1));      // b silent: dropped
+  JoinRequest back = Request({"b"});  // with its old secret
+  back.set_join_key("key-of-b");
+  Effects effects;
+  ASSERT_TRUE(state_.Join(back, "peer-b", "new-secret-b", At(6'000), &effects).ok());
+  EXPECT_TRUE(state_.Join(back, "peer-b", "x", At(6'100), &effects).ok()) << "its own, again";
 }
 
 TEST_F(StateTest, ZeroLastCallCompletesAtMinImmediately) {
