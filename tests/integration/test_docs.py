@@ -65,10 +65,10 @@ PLACEHOLDERS = ("--opt",)
 # The repository's own tools that the docs run (benchmarks, test tools, the
 # scripts), by the name they are run as: rdzv_scale (build/bench/rdzv_scale),
 # rdzv-flood (tests/tools/rdzv_flood.cc), bench/launch.py, test_exits.py,
-# scripts/test. An option of theirs is one their source spells: "--repeat"
+# muster_simulator (tests/sim/muster_simulator.cc), scripts/test. An option of theirs is one their source spells: "--repeat"
 # in a string, or a shell case pattern `  --sanitize)`.
 TOOL_SOURCES = ("bench/*.py", "bench/*.cc", "tests/tools/*.cc", "tests/integration/test_exits.py",
-                "scripts/*")
+                "tests/sim/muster_simulator.cc", "scripts/*")
 SOURCE_OPTION = re.compile(r"""(?:(?<=["'])|^\s*)(--[A-Za-z][\w-]*)(?=["'=,|)\s]|$)""", re.M)
 
 # Abbreviations the docs show on purpose (argparse's rule, which muster

@@ -136,11 +136,14 @@ class Restarts(MultiNodeTest):
 
     def test_a_node_slow_to_stop_keeps_its_seat_in_the_restart_round(self):
         # No last call: without the stop allowance each agent tells the
-        # rendezvous, round 1 would form at once without the node whose
-        # rank 5 takes 1.5 s to stop, and a round 2 would open for it.
+        # rendezvous, the round after the failure would form at once without
+        # the node whose rank 5 takes 1.5 s to stop, and another would open
+        # for it. Rank 0 fails once all three run (round 0 may have formed
+        # with two, and grown).
         procs = [self.agent(f"n{i}", "--shutdown-timeout", "3", "--no-python", "/usr/bin/python3",
                             RECORD, self.tmp, "--seconds", "4", "--fail-rank", "0",
-                            "--slow-stop-rank", "5", "--slow-stop-seconds", "1.5",
+                            "--fail-world", "6", "--slow-stop-rank", "5",
+                            "--slow-stop-seconds", "1.5",
                             nnodes="2:3", conf="last_call_timeout=0", max_restarts="1")
                  for i in range(3)]
         self.assertEqual(self.wait_all(procs), [0, 0, 0], self.errors(["n0", "n1", "n2"]))

@@ -1,11 +1,12 @@
 """A worker for the multi-node tests: records its environment, then sleeps.
 
-  record.py DIR [--seconds S] [--fail-rank R] [--fail-times K]
+  record.py DIR [--seconds S] [--fail-rank R] [--fail-times K] [--fail-world N]
             [--slow-stop-rank R --slow-stop-seconds T]
 
 Writes DIR/env.<restart>.<world>.<rank>.<pid> (JSON of its environment,
 written aside and renamed). With --fail-rank, that rank exits 1 in its first
-K attempts (K counted by marker files DIR/failed.*). Otherwise it sleeps S
+K attempts (K counted by marker files DIR/failed.*), with --fail-world only
+those in a world of N ranks. Otherwise it sleeps S
 seconds (default 1) and exits 0; SIGTERM ends it at once, but for the rank
 of --slow-stop-rank, which takes T seconds to stop.
 """
@@ -21,6 +22,7 @@ parser.add_argument("dir")
 parser.add_argument("--seconds", type=float, default=1.0)
 parser.add_argument("--fail-rank", type=int, default=-1)
 parser.add_argument("--fail-times", type=int, default=1)
+parser.add_argument("--fail-world", type=int, default=0)
 parser.add_argument("--slow-stop-rank", type=int, default=-1)
 parser.add_argument("--slow-stop-seconds", type=float, default=0.0)
 args = parser.parse_args()
@@ -33,7 +35,7 @@ with open(path + ".tmp", "w") as f:
     json.dump(env, f)
 os.replace(path + ".tmp", path)
 
-if int(env["RANK"]) == args.fail_rank:
+if int(env["RANK"]) == args.fail_rank and args.fail_world in (0, int(env["WORLD_SIZE"])):
     failed = len(glob.glob(os.path.join(args.dir, "failed.*")))
     if failed < args.fail_times:
         open(os.path.join(args.dir, f"failed.{failed}"), "w").close()
