@@ -45,6 +45,27 @@ def reserve_port():
     return s.getsockname()[1]
 
 
+def reserve_port_pair():
+    """Two loopback ports in a row, both held as reserve_port holds one: for a
+    program that listens on the port it is given and on the next one too."""
+    for _ in range(100):
+        first = socket.socket()
+        first.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        first.bind(("127.0.0.1", 0))
+        port = first.getsockname()[1]
+        second = socket.socket()
+        second.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            second.bind(("127.0.0.1", port + 1))
+        except OSError:
+            first.close()
+            second.close()
+            continue
+        _held_ports.extend([first, second])
+        return port
+    raise RuntimeError("no two free loopback ports in a row in 100 tries")
+
+
 def release_ports():
     while _held_ports:
         _held_ports.pop().close()

@@ -10,7 +10,7 @@ import subprocess
 import time
 import unittest
 
-from harness import ROOT, TempDirTest, env, muster, reserve_port, torchrun, wait_for
+from harness import ROOT, TempDirTest, env, muster, reserve_port, reserve_port_pair, torchrun, wait_for
 
 HAVE_GPU = os.path.exists("/dev/nvidia0")
 # The GPUs the ranks see: CUDA_VISIBLE_DEVICES's entries where it is set.
@@ -116,8 +116,9 @@ class UnderTorchrun(TempDirTest):
     def test_static_rendezvous_where_torchruns_store_holds_master_port(self):
         # Without --standalone torchrun's agent hosts its TCPStore on
         # MASTER_PORT and tells the workers so (TORCHELASTIC_USE_AGENT_STORE=True),
-        # as every rendezvous does from PyTorch 2.4 on: rank 0 takes the next port.
-        port = reserve_port()
+        # as every rendezvous does from PyTorch 2.4 on: rank 0 takes the next
+        # port, so that one is held for the test too.
+        port = reserve_port_pair()
         r = torchrun("--nnodes", "1", "--nproc_per_node", "2", "--master_port", str(port),
                      "--no_python", ALLREDUCE, "-b", "8", "-e", "64K", "--backend", "tcp")
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
