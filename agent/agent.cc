@@ -27,6 +27,7 @@
 #include "agent/numa.h"
 #include "agent/nvml.h"
 #include "agent/output.h"
+#include "agent/peer_endpoint.h"
 #include "agent/preload.h"
 #include "agent/progress.h"
 #include "agent/site_command.h"
@@ -89,9 +90,12 @@ std::string RankRange(int first, int count) {
   return count == 1 ? absl::StrCat(first) : absl::StrCat(first, "-", first + count - 1);
 }
 
-ElasticOptions ElasticOptionsFor(const AgentOptions& options, const std::string& target) {
+ElasticOptions ElasticOptionsFor(const AgentOptions& options, const std::string& target,
+                                 bool ask_peers) {
   const LaunchConfig& config = options.config;
   ElasticOptions elastic;
+  elastic.ask_peers = ask_peers;
+  elastic.heartbeat_timeout = absl::FromChrono(config.rdzv_conf.heartbeat_timeout);
   elastic.script = config.script;
   elastic.rdzv_target = target;
   elastic.hosts_rendezvous = options.hosts_rendezvous;
@@ -149,8 +153,9 @@ class Agent::Impl {
        Clock& clock)
       : options_(std::move(options)), config_(options_.config), client_(std::move(client)),
         runner_(runner), clock_(clock), logger_(Logger("agent")),
-        state_(ElasticOptionsFor(options_, client_->target())),
         node_id_(absl::StrCat(options_.host, ":", getpid(), ":", RandomSuffix())),
+        peers_(OpenPeers()),
+        state_(ElasticOptionsFor(options_, client_->target(), peers_ != nullptr)),
         join_key_(rdzv::NewNodeSecret().value_or("")) {}
 
   ~Impl() {
@@ -190,7 +195,10 @@ class Agent::Impl {
   void Do(const action::ReadProgress&);
   void Do(const action::OpenWatch& watch);
   void Do(const action::QueryStatus&);
-  void Do(const action::AskPeers&);
+  void Do(const action::AskPeers& ask);
+  std::unique_ptr<PeerEndpoint> OpenPeers();
+  // What the peers answered, once all did or their time is up.
+  void TakePeerAnswers();
   void Do(const action::ExcludeSelf& exclude);
   void Do(const action::Log& log);
   void Do(const action::Exit& exit);
@@ -227,8 +235,11 @@ class Agent::Impl {
   ProcessRunner* runner_;
   Clock& clock_;
   std::shared_ptr<spdlog::logger> logger_;
-  ElasticState state_;
   const std::string node_id_;
+  // Where the other nodes of its round ask this one (peer_endpoint.h); null
+  // for the static backend's ranks, or where no UDP socket could be had.
+  std::unique_ptr<PeerEndpoint> peers_;
+  ElasticState state_;
   // What the rendezvous gave this node on its last join; every call for the
   // node carries it. Loop thread only.
   std::string node_secret_;
@@ -311,6 +322,13 @@ absl::Status Agent::Impl::SetUp() {
     MUSTER_RETURN_IF_ERROR(StartFileTimer(group.base_env));
   }
   if (!config_.preload.empty()) StartPreloader(group);
+  if (peers_) {
+    MUSTER_RETURN_IF_ERROR(loop_->Add(peers_->fd(), [this] {
+      peers_->Read([this] { return state_.AnswerPeer(); });
+      TakePeerAnswers();
+    }));
+    logger_->debug("the other nodes of its round ask this node on UDP port {}", peers_->port());
+  }
   ProcessRunner& worker_runner = preloader_ ? *preloader_ : *runner_;
   workers_ = std::make_unique<WorkerGroup>(std::move(group), worker_runner, *loop_, clock_);
   if (config_.gpu_check_interval.count() > 0) {
@@ -398,6 +416,7 @@ absl::StatusOr<int> Agent::Impl::Run() {
           absl::StrCat("was still importing after ", absl::FormatDuration(kPreloadImportLimit)));
     }
     Do(state_.OnTimer(clock_.Now()));
+    TakePeerAnswers();
     if (!state_.done()) ExpireFileTimers(clock_.Now());
   };
   handlers.next_deadline = [this] { return NextDeadline(); };
@@ -578,6 +597,10 @@ void Agent::Impl::NoSignal(const TimerExpiry& expiry, absl::Time now) {
 
 std::optional<absl::Time> Agent::Impl::NextDeadline() const {
   std::optional<absl::Time> next = state_.NextDeadline();
+  if (std::optional<absl::Time> peers =
+          peers_ ? peers_->NextDeadline(clock_.Now()) : std::nullopt) {
+    if (!next || *peers < *next) next = peers;
+  }
   if (std::optional<absl::Time> timer = file_timers_.NextExpiry()) {
     if (!next || *timer < *next) next = timer;
   }
@@ -673,6 +696,7 @@ void Agent::Impl::Do(const action::Join& join) {
   node->set_master_port_candidate(PickFreePort());
   node->set_stop_allowance_ms(absl::ToInt64Milliseconds(
       ElasticState::StopAllowance(absl::FromChrono(config_.shutdown_grace))));
+  node->set_peer_port(peers_ ? peers_->port() : 0);
   request.set_node_secret(node_secret_);  // empty on the first join
   request.set_join_key(join_key_);
   request.set_protocol_version(rdzv::kProtocolVersion);
@@ -698,6 +722,8 @@ void Agent::Impl::Do(const action::CheckHealth&) {
 }
 
 void Agent::Impl::Do(const action::StartWorkers& start) {
+  // Its peers may ask about this round from now on, and it them.
+  if (peers_) peers_->Remember(start.assignment);
   pending_start_ = start;
   if (gpu_watcher_ && !last_workers_.empty() && config_.gpu_release_wait.count() > 0) {
     awaiting_release_ = true;
@@ -920,9 +946,37 @@ void Agent::Impl::Do(const action::QueryStatus&) {
   });
 }
 
-void Agent::Impl::Do(const action::AskPeers&) {
-  // Not asked: this agent leaves ElasticOptions::ask_peers off until it
-  // has an endpoint its peers can ask (tests/sim models the rule).
+std::unique_ptr<PeerEndpoint> Agent::Impl::OpenPeers() {
+  if (options_.static_ranks) return nullptr;  // its rendezvous is its own
+  absl::StatusOr<std::unique_ptr<PeerEndpoint>> peers =
+      PeerEndpoint::Create(config_.rdzv_id, node_id_);
+  if (!peers.ok()) {
+    logger_->warn(
+        "{}; the other nodes of its round cannot ask this node, so each of them rides out an "
+        "outage of the rendezvous for heartbeat_timeout at most",
+        peers.status().message());
+    return nullptr;
+  }
+  return *std::move(peers);
+}
+
+void Agent::Impl::Do(const action::AskPeers& ask) {
+  if (!peers_) return;
+  peers_->Ask(ask.round, clock_.Now() + ask.timeout);
+  logger_->debug("asking the other nodes of round {} whether they reach the rendezvous", ask.round);
+}
+
+void Agent::Impl::TakePeerAnswers() {
+  if (!peers_) return;
+  const absl::Time now = clock_.Now();
+  if (std::optional<PeerEndpoint::Answers> got = peers_->TakeAnswers(now)) {
+    logger_->debug("{} node(s) of round {} asked, {} answered; {} datagram(s) dropped so far",
+                   got->answers.size(), got->round,
+                   std::count_if(got->answers.begin(), got->answers.end(),
+                                 [](const PeerAnswer& a) { return a.answered; }),
+                   peers_->dropped());
+    Do(state_.OnPeersAnswered(got->round, got->answers, now));
+  }
 }
 
 void Agent::Impl::Do(const action::ExcludeSelf& exclude) {

@@ -144,6 +144,7 @@ void ElasticState::NoteReachable(absl::Time now, Actions* out) {
   if (!unreachable_since_) return;
   heartbeat_failures_ = 0;  // what failed before is not "in a row" any more
   peers_at_.reset();
+  told_peer_reaches_ = false;
   Log(out, Level::kInfo,
       absl::StrCat("the rendezvous at ", options_.rdzv_target, " answers again, after ",
                    absl::StrFormat("%.1f", absl::ToDoubleSeconds(now - *unreachable_since_)),
@@ -906,11 +907,11 @@ Actions ElasticState::OnTimer(absl::Time now) {
     out.push_back(action::QueryStatus{});
   }
   if (peers_at_ && now >= *peers_at_) {
-    peers_at_ = now + options_.keep_alive_interval;
+    // Asked again keep_alive_interval after the answers (OnPeersAnswered),
+    // never while a question is open.
+    peers_at_.reset();
     if (phase_ == AgentPhase::kRunning && unreachable_since_) {
       out.push_back(action::AskPeers{round_, kPeerTimeout});
-    } else {
-      peers_at_.reset();
     }
   }
   if (watch_retry_at_ && now >= *watch_retry_at_) {
@@ -973,12 +974,10 @@ std::string ElasticState::WhyNotRideOut(const std::vector<PeerAnswer>& answers,
     if (!peer.answered) {
       return absl::StrCat("node ", peer.node, " of its round does not answer either");
     }
-    if (peer.reaches_rendezvous) {
-      return absl::StrCat("node ", peer.node,
-                          " of its round reaches the rendezvous: this node is cut off alone, and "
-                          "the rendezvous will drop it");
-    }
   }
+  // Every peer is in this round still. One that reaches the rendezvous
+  // would know of a newer round (its watch), so none has started: the
+  // workers keep running, and the next answers say when one does.
   return "";
 }
 
@@ -989,7 +988,19 @@ Actions ElasticState::OnPeersAnswered(int64_t round, const std::vector<PeerAnswe
     return out;
   }
   const std::string why = WhyNotRideOut(answers, now);
-  if (why.empty()) return out;
+  if (why.empty()) {
+    peers_at_ = now + options_.keep_alive_interval;
+    auto reaches = std::find_if(answers.begin(), answers.end(),
+                                [](const PeerAnswer& peer) { return peer.reaches_rendezvous; });
+    if (reaches != answers.end() && !told_peer_reaches_) {
+      told_peer_reaches_ = true;
+      Log(&out, Level::kInfo,
+          absl::StrCat("node ", reaches->node, " of its round reaches the rendezvous, which ",
+                       "this node does not: a fault between the two; its workers keep running ",
+                       "while every node of the round is in it still"));
+    }
+    return out;
+  }
   Log(&out, Level::kWarn,
       absl::StrCat("the rendezvous at ", options_.rdzv_target, " has not answered for ",
                    absl::StrFormat("%.1f", absl::ToDoubleSeconds(now - *unreachable_since_)),

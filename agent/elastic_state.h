@@ -427,6 +427,8 @@ class ElasticState {
   // While the rendezvous is away and the workers run: when the round's
   // other nodes are asked again (ElasticOptions::ask_peers).
   std::optional<absl::Time> peers_at_;
+  // Said once an outage: a peer of the round reaches the rendezvous.
+  bool told_peer_reaches_ = false;
 };
 
 // One line for the progress report while a node waits for its round: who is

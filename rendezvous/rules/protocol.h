@@ -12,6 +12,10 @@ namespace muster::rdzv {
 // 0 is what a peer older than versions sends (the field's default).
 inline constexpr int32_t kProtocolVersion = 2;
 
+// The most nodes of its round an Assignment names (Assignment.peers): a
+// node asks them before it rides out an outage of the rendezvous.
+inline constexpr int kMaxPeers = 8;
+
 // The port a rendezvous listens on and is dialled at when none is given
 // (torchrun's c10d default): musterd --port, --rdzv-endpoint HOST, musterctl.
 inline constexpr int kDefaultRdzvPort = 29400;

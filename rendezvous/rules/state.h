@@ -522,6 +522,8 @@ class RendezvousState {
   // round's participants are set, in group-rank order.
   Assignment MakeAssignment(const Job& job, const Node& node, int group_rank, int rank_base,
                             int world_size, const Node& master) const;
+  // Assignment.peers and peer_key, for the node of `group_rank`.
+  void AddPeers(const Job& job, int group_rank, Assignment* assignment) const;
 
   // Adds an event of `job` to its history and to effects->events.
   void AddEvent(Job& job, JobEvent::Kind kind, absl::string_view node_id, absl::string_view detail,

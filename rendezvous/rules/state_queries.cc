@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/constant_time.h"
+#include "common/hmac.h"
 #include "common/status.h"
 #include "rendezvous/rules/node_secret.h"
 #include "rendezvous/rules/protocol.h"
@@ -60,7 +61,33 @@ Assignment RendezvousState::MakeAssignment(const Job& job, const Node& node, int
   assignment.set_node_secret(node.secret);
   assignment.set_ride_out_outages(options_.ride_out_outages);
   assignment.set_preflight(job.round_preflight);
+  if (options_.ride_out_outages) AddPeers(job, group_rank, &assignment);
   return assignment;
+}
+
+void RendezvousState::AddPeers(const Job& job, int group_rank, Assignment* assignment) const {
+  const int n = static_cast<int>(job.participants.size());
+  const int asked = std::min(kMaxPeers, n - 1);
+  // Every other node of a small round; of a large one, `asked` spread evenly
+  // around it, so that a node cut off with its neighbours still asks some
+  // that are not.
+  for (int k = 1; k <= asked; ++k) {
+    const Node& peer = job.nodes.at(job.participants[(group_rank + k * n / (asked + 1)) % n]);
+    Peer* out = assignment->add_peers();
+    out->set_node_id(peer.info.node_id());
+    out->set_host(peer.info.host());
+    out->set_addr(peer.addr);
+    out->set_port(peer.info.peer_port());
+  }
+  // From the secrets of the round's nodes, which only the server knows all
+  // of: the same for each of them, unknown to anyone else, and another for
+  // every round. Nothing new to journal: the secrets are durable.
+  std::string material = absl::StrCat(job.id.size(), ":", job.id, job.round, ";");
+  for (const std::string& id : job.participants) {
+    const std::string& secret = job.nodes.at(id).secret;
+    absl::StrAppend(&material, secret.size(), ":", secret);
+  }
+  assignment->set_peer_key(HmacSha256("muster peer key 1", material));
 }
 
 std::optional<absl::Time> RendezvousState::NextDeadline() const {

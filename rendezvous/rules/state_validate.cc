@@ -165,6 +165,10 @@ absl::Status ValidateJoinRequest(const JoinRequest& request) {
                                                    info.master_port_candidate(),
                                                    "; give a TCP port 1..65535, or 0 for none"));
   }
+  if (info.peer_port() < 0 || info.peer_port() > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("peer_port is ", info.peer_port(),
+                                                   "; give a UDP port 1..65535, or 0 for none"));
+  }
   if (info.stop_allowance_ms() < 0 || info.stop_allowance_ms() > kMaxTimeoutMs) {
     return absl::InvalidArgumentError(absl::StrCat("stop_allowance_ms is ",
                                                    info.stop_allowance_ms(), "; give 0 to ",

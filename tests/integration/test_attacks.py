@@ -6,8 +6,10 @@ rdzv-flood (tests/tools), clients of proto/rendezvous.proto of our own."""
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
+import time
 import unittest
 
 from harness import MUSTER, RDZV_CALL, RDZV_FLOOD, ROOT, run, wait_for
@@ -140,6 +142,92 @@ class Insider(AttackTest):
         log = self.read("musterd.err")
         self.assertIn("it does not carry the node's secret", log)
         self.assertNotIn("evil-spare joined", log.replace("evil-spare joined while", ""))
+
+
+PEER_PORT = re.compile(r"ask this node on UDP port (\d+)")
+
+
+def field(number, payload):
+    """One length-delimited protobuf field (wire type 2)."""
+    def varint(n):
+        out = b""
+        while True:
+            low, n = n & 0x7F, n >> 7
+            out += bytes([low | (0x80 if n else 0)])
+            if not n:
+                return out
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def varint_field(number, value):
+    return bytes([number << 3]) + bytes([value])  # small values only
+
+
+class PeerQuestions(AttackTest):
+    """Issue 35: the UDP port where the nodes of a round ask each other, while
+    the rendezvous is away, whether they are in the round still. Without the
+    round's key (Assignment.peer_key) an outsider gets no answer, and forged
+    replies that say a newer round started stop no worker."""
+
+    def forged(self):
+        question = field(1, field(1, JOB.encode()) + varint_field(2, 0) +
+                         field(3, b"evil") + field(4, b"n" * 16))
+        reply = field(2, field(1, JOB.encode()) + varint_field(2, 0) + field(3, b"evil") +
+                      field(4, b"n" * 32) + varint_field(5, 99))
+        return [
+            b"",
+            b"\x00" * 64,
+            os.urandom(1500),
+            b"\xff" * 60_000,  # larger than any datagram it reads
+            field(1, question) + field(2, b"\x00" * 32),  # a question under a made-up MAC
+            field(1, question),  # no MAC at all
+            field(1, reply) + field(2, os.urandom(32)),  # "round 99 started"
+        ]
+
+    def test_an_outsider_gets_no_answer_and_cannot_stop_a_riding_out_node(self):
+        musterd, port = self.start_musterd()
+        outdir = self.path("out")
+        agents = [self.worker_agent(f"n{n}", port, outdir, "keep_alive_interval=0.5",
+                                    "heartbeat_timeout=30", MUSTER_LOG_LEVEL="debug")
+                  for n in range(2)]
+        self.assertTrue(wait_for(lambda: len(self.records(outdir)) == 2, 30),
+                        self.read("n0.err") + self.read("n1.err"))
+        ports = [int(PEER_PORT.search(self.read(f"n{n}.err")).group(1)) for n in range(2)]
+        attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.addCleanup(attacker.close)
+        attacker.settimeout(1.0)
+        for datagram in self.forged():
+            for peer in ports:
+                attacker.sendto(datagram, ("127.0.0.1", peer))
+        with self.assertRaises(socket.timeout):
+            attacker.recvfrom(65536)
+
+        # musterd hangs: the agents ask each other, and the attacker says,
+        # again and again, that a newer round started.
+        asked = "1 node(s) of round 0 asked, 1 answered"
+        musterd.send_signal(signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                for peer in ports:
+                    attacker.sendto(self.forged()[-1], ("127.0.0.1", peer))
+                time.sleep(0.05)
+                # Each has asked, and been answered, twice.
+                if all(self.read(f"n{n}.err").count(asked) >= 2 for n in range(2)):
+                    break
+        finally:
+            musterd.send_signal(signal.SIGCONT)
+        for n in range(2):
+            err = self.read(f"n{n}.err")
+            self.assertGreaterEqual(err.count(asked), 2, err)
+            # What the attacker sent was read, and dropped.
+            self.assertRegex(err, r"; [1-9]\d* datagram\(s\) dropped so far")
+            self.assertNotIn("stopping this node's workers", err)
+        open(os.path.join(outdir, "go"), "w").close()
+        for n, agent in enumerate(agents):
+            code, err = self.finish(agent, f"n{n}")
+            self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(self.records(outdir)), [(0, 0), (1, 0)])
 
 
 class NoCredential(AttackTest):

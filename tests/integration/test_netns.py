@@ -11,7 +11,8 @@ import time
 import unittest
 
 from certificates import make_certificates, openssl_missing
-from harness import MUSTER, RDZV_CALL, WORKERS, TempDirTest, env, wait_for, worker_records
+from harness import (MUSTER, MUSTERD, RDZV_CALL, WORKERS, TempDirTest, env, wait_for,
+                     worker_records)
 
 RECORD = os.path.join(WORKERS, "record.py")
 HOSTS = 3
@@ -184,6 +185,71 @@ class SeveralHosts(HostsTest):
         for p in (procs[0], procs[2]):
             p.send_signal(signal.SIGTERM)
         self.assertEqual([procs[0].wait(timeout=30), procs[2].wait(timeout=30)], [143, 143])
+
+
+@unittest.skipIf(SKIP_REASON, SKIP_REASON or "")
+class PartitionFromMusterd(HostsTest):
+    """musterd on host 0, an agent on each host. A host whose link is cut
+    cannot reach musterd nor the other nodes of its round: it stops its
+    workers at once, before musterd drops it and seats the others in a new
+    round, so no two rounds run at once (docs/multi-node.md)."""
+
+    def start_musterd(self):
+        out = open(self.path("musterd.out"), "w")
+        err = open(self.path("musterd.err"), "w")
+        proc = subprocess.Popen(["ip", "netns", "exec", self.net.hosts[0], MUSTERD, "--listen",
+                                 self.net.address(0), "--port", str(PORT)], env=env(), stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.addCleanup(self._reap, proc, out, err)
+        self.assertTrue(wait_for(lambda: "serving" in self.read("musterd.out") or
+                                 proc.poll() is not None, timeout=15), self.read("musterd.err"))
+        return proc
+
+    def started(self, world):
+        """When each worker of a world of `world` ranks started: (restart, rank) -> time."""
+        return {(r[0], r[2]): os.path.getmtime(glob.glob(self.path(f"env.{r[0]}.{world}.{r[2]}.*"))[0])
+                for r in self.records() if r[1] == world}
+
+    def stopped(self, restart, world):
+        """When the workers of that round stopped on SIGTERM: rank -> time."""
+        out = {}
+        for path in glob.glob(self.path(f"stop.{restart}.{world}.*")):
+            out[int(os.path.basename(path).split(".")[3])] = float(self.read(os.path.basename(path)))
+        return out
+
+    def test_a_host_cut_off_alone_stops_its_round_before_a_new_one_starts(self):
+        self.start_musterd()
+        # The cut host finds the rendezvous silent within 2 x keep_alive_interval
+        # and its peers in 1 s more; musterd drops it heartbeat_timeout (6 s)
+        # after it last heard of it. With the defaults (5 s, 30 s) the gap is wider.
+        procs = [self.agent(i, "--seconds", "15", "--record-stop", nnodes="2:3",
+                            conf="is_host=0,heartbeat_timeout=6") for i in range(HOSTS)]
+        self.assertTrue(wait_for(lambda: len(self.started(6)) == 6, timeout=30),
+                        self.errors(range(HOSTS)))
+        self.net.cut(2)
+        cut_at = time.time()
+        self.assertTrue(wait_for(lambda: len(self.started(4)) == 4, timeout=30),
+                        self.errors(range(HOSTS)) + self.read("musterd.err"))
+        new_round_at = min(self.started(4).values())
+        # Ranks 4 and 5 are host 2's.
+        self.assertTrue(wait_for(lambda: {4, 5} <= set(self.stopped(0, 6)), timeout=20),
+                        self.errors([2]))
+        err = self.read("n2.err")
+        self.assertIn("of its round does not answer either; stopping this node's workers", err)
+        stops = self.stopped(0, 6)
+        stops = {rank: stops[rank] for rank in (4, 5)}
+        # The old round's workers on the cut host were gone before the new round began.
+        self.assertLess(max(stops.values()), new_round_at, err)
+        print(f"\n  cut -> the cut host's workers stopped {max(stops.values()) - cut_at:.2f} s, "
+              f"-> the others' new round {new_round_at - cut_at:.2f} s", flush=True)
+        # Back on the network, it rejoins: the job grows to three hosts again.
+        self.net.mend()
+        self.assertTrue(wait_for(lambda: len([r for r in self.records() if r[1] == 6]) == 12,
+                                 timeout=40), self.errors(range(HOSTS)))
+        codes = [p.wait(timeout=60) for p in procs]
+        self.assertEqual(codes, [0, 0, 0], self.errors(range(HOSTS)))
+        # Losing a node spends no restart.
+        self.assertEqual({r[0] for r in self.records()}, {0})
 
 
 TLS_SKIP_REASON = SKIP_REASON or openssl_missing()

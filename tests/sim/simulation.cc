@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "agent/elastic_state.h"
 #include "agent/exit_codes.h"
+#include "agent/peer_endpoint.h"
 #include "common/clock.h"
 #include "rendezvous/rules/protocol.h"
 #include "rendezvous/rules/state.h"
@@ -158,11 +160,19 @@ struct Agent {
   std::optional<rdzv::JobClosed> told_closed;
   std::optional<int> exit_code;
   int64_t succeeded_round = -1;  // its workers all exited 0 in this round
+  // Its round's peers (Assignment.peers), by node id, and that round.
+  std::vector<std::string> peers;
+  int64_t peers_round = -1;
+  // The rounds whose questions it answers: the last PeerEndpoint::kKeptRounds it ran in.
+  std::deque<int64_t> rounds_kept;
 };
 
 // A connection between a host and the rendezvous' host.
 struct Link {
   std::optional<Time> cut_until;
+  // Only its route to the rendezvous' host is down (a firewall, a route):
+  // the other hosts still reach it.
+  std::optional<Time> rdzv_cut_until;
   uint64_t epoch = 0;              // bumped when the connection breaks
   bool client_must_learn = false;  // broken while the agent could not see it
   bool client_knows_down = false;  // the agent found it broken, and the link is still down
@@ -174,6 +184,7 @@ struct RoundSeen {
   int restart_count = 0;
   int group_world_size = 0;
   std::string master;
+  std::string peer_key;
   std::map<int, int> group_ranks;               // group rank -> agent uid
   std::vector<std::pair<int, int>> rank_spans;  // [base, base + count)
   int started_ranks = 0;
@@ -223,6 +234,12 @@ class World {
   std::optional<Time> LinkBackAt(int host) const;
   // The rendezvous in host 0's agent dies with it.
   void HostedServerDies();
+  // Only `cut`'s route to the rendezvous' host goes down, for `length`.
+  void CutFromRendezvous(int cut, Duration length);
+  // The connection of `host` to the rendezvous breaks, as each end finds out.
+  void ConnectionsFindCut(int host);
+  // A link or route is back: agents learn what broke meanwhile.
+  void LinksBack();
   Link& LinkOf(int host) { return links_[host]; }
   Duration Delay();
   // Carries `deliver` between `host` and the rendezvous' host, either way,
@@ -271,6 +288,7 @@ class World {
   void Perform(Agent& agent, const action::OpenWatch& open);
   void Perform(Agent& agent, const action::QueryStatus&);
   void Perform(Agent& agent, const action::AskPeers& ask);
+  void CheckPeers(const Agent& agent, const Assignment& a, const RoundSeen& round);
   void Perform(Agent& agent, const action::Log& log);
   void Perform(Agent& agent, const action::Exit& exit);
   void Perform(Agent& agent, const action::ReadProgress&);
@@ -295,6 +313,8 @@ class World {
   void CheckRoundSucceeds(int64_t round);
   void CheckExit(const Agent& agent, int code);
   void CheckSplitBrain();
+  // Every node still running `round`'s workers is cut off from the rendezvous.
+  bool RoundCutOff(int64_t round) const;
   void CheckEnd();
   Duration SplitBrainBound(int64_t round) const;
   // How often the agent pings the rendezvous; twice this finds it gone.
@@ -410,6 +430,11 @@ void World::Inject(const Fault& fault) {
     case FaultKind::kSpareJoins: StartAgent(fault.host); return;
     case FaultKind::kLinkCut:
       if (!Cut(fault.host)) CutLink(fault.host, fault.length);
+      return;
+    case FaultKind::kRdzvCut:
+      if (fault.host != ServerHost() && !LinkOf(fault.host).rdzv_cut_until) {
+        CutFromRendezvous(fault.host, fault.length);
+      }
       return;
     case FaultKind::kServerCrash:
       if (shape_.backend == Backend::kMusterd && !server_down_ && !crash_armed_) {
@@ -546,15 +571,28 @@ void World::CutLink(int cut, Duration length) {
   for (auto& [host, link] : links_) {
     if (host != ServerHost() && (host == cut || cut == ServerHost())) hosts.push_back(host);
   }
-  for (int host : hosts) {
-    const uint64_t epoch = LinkOf(host).epoch;
-    // The server's keepalive probes find it first; the agent's pings later.
-    At(Now() + kServerFindsCut, [this, host, epoch] {
-      if (LinkDown(host) && LinkOf(host).epoch == epoch) BreakConnection(host, false);
-    });
-    AgentPingsFindCut(host);
-  }
+  for (int host : hosts) ConnectionsFindCut(host);
   At(Now() + length, [this, cut] { HealLink(cut); });
+}
+
+void World::CutFromRendezvous(int cut, Duration length) {
+  LinkOf(cut).rdzv_cut_until = Now() + length;
+  Note(absl::StrCat("route of host ", cut, " to the rendezvous cut"));
+  ConnectionsFindCut(cut);
+  At(Now() + length, [this, cut] {
+    LinkOf(cut).rdzv_cut_until.reset();
+    Note(absl::StrCat("route of host ", cut, " to the rendezvous back"));
+    LinksBack();
+  });
+}
+
+void World::ConnectionsFindCut(int host) {
+  const uint64_t epoch = LinkOf(host).epoch;
+  // The server's keepalive probes find it first; the agent's pings later.
+  At(Now() + kServerFindsCut, [this, host, epoch] {
+    if (LinkDown(host) && LinkOf(host).epoch == epoch) BreakConnection(host, false);
+  });
+  AgentPingsFindCut(host);
 }
 
 void World::AgentPingsFindCut(int host) {
@@ -573,6 +611,10 @@ void World::AgentPingsFindCut(int host) {
 void World::HealLink(int healed) {
   LinkOf(healed).cut_until.reset();
   Note(absl::StrCat("link of host ", healed, " back"));
+  LinksBack();
+}
+
+void World::LinksBack() {
   for (auto& [host, link] : links_) {
     if (host == ServerHost() || LinkDown(host)) continue;
     link.client_knows_down = false;
@@ -639,6 +681,8 @@ bool World::Cut(int host) const {
 
 bool World::LinkDown(int host) const {
   if (host == ServerHost()) return false;
+  auto it = links_.find(host);
+  if (it != links_.end() && it->second.rdzv_cut_until) return true;
   return Cut(host) || (ServerHost() != kMusterdHost && Cut(ServerHost()));
 }
 
@@ -648,6 +692,8 @@ std::optional<Time> World::LinkBackAt(int host) const {
     auto it = links_.find(h);
     if (it != links_.end() && it->second.cut_until)
       back = std::max(back.value_or(Now()), *it->second.cut_until);
+    if (h == host && it != links_.end() && it->second.rdzv_cut_until)
+      back = std::max(back.value_or(Now()), *it->second.rdzv_cut_until);
   }
   return back;
 }
@@ -1050,6 +1096,7 @@ void World::SendJoin(Agent& agent, const action::Join& join) {
   node->set_local_world_size(shape_.nproc);
   node->set_node_rank_hint(-1);
   node->set_master_port_candidate(29500 + agent.host);
+  node->set_peer_port(29600 + agent.host);
   node->set_stop_allowance_ms(
       absl::ToInt64Milliseconds(ElasticState::StopAllowance(shape_.shutdown_grace)));
   request.set_node_secret(agent.secret);
@@ -1153,15 +1200,25 @@ void World::OpenWatch(Agent& agent, const action::OpenWatch& open) {
 void World::AskPeers(Agent& agent, const action::AskPeers& ask) {
   auto answers = std::make_shared<std::vector<PeerAnswer>>();
   const int host = agent.host;
-  for (const auto& seat : rounds_[RoundKey(ask.round)].group_ranks) {
-    const int uid = seat.second;
-    if (uid == agent.uid) continue;
+  // The peers its assignment named (as agent.cc asks them): their uids.
+  std::vector<int> peers;
+  if (agent.peers_round == ask.round) {
+    for (const std::string& id : agent.peers) {
+      auto it = std::find_if(agents_.begin(), agents_.end(),
+                             [&id](const auto& other) { return other->node_id == id; });
+      if (it == agents_.end()) Violation(absl::StrCat("peer ", id, " is no agent"));
+      if (it != agents_.end()) peers.push_back((*it)->uid);
+    }
+  }
+  for (const int uid : peers) {
     const size_t slot = answers->size();
     answers->push_back(PeerAnswer{.node = absl::StrCat("h", Find(uid)->host)});
     if (!PeerLinkUp(host, Find(uid)->host)) continue;
-    At(Now() + Delay(), [this, uid, host, slot, answers] {
+    At(Now() + Delay(), [this, uid, host, slot, answers, round = ask.round] {
       Agent* peer = Find(uid);
       if (!peer->alive || peer->stopped || !PeerLinkUp(host, peer->host)) return;
+      const auto& kept = peer->rounds_kept;
+      if (std::find(kept.begin(), kept.end(), round) == kept.end()) return;  // no key for it
       PeerAnswer answer = peer->state.AnswerPeer();
       answer.node = (*answers)[slot].node;
       At(Now() + Delay(), [this, uid, host, slot, answers, answer] {
@@ -1180,6 +1237,11 @@ void World::AskPeers(Agent& agent, const action::AskPeers& ask) {
 void World::StartWorkers(Agent& agent, const action::StartWorkers& start) {
   const Assignment& assignment = start.assignment;
   CheckAssignment(agent, assignment);
+  agent.peers.clear();
+  for (const rdzv::Peer& peer : assignment.peers()) agent.peers.push_back(peer.node_id());
+  agent.peers_round = assignment.round();
+  agent.rounds_kept.push_back(assignment.round());
+  if (agent.rounds_kept.size() > PeerEndpoint::kKeptRounds) agent.rounds_kept.pop_front();
   const int64_t key = RoundKey(assignment.round());
   RoundSeen& round = rounds_[key];
   agent.succeeded_round = -1;  // a newer round: what it finished before is superseded
@@ -1281,6 +1343,30 @@ void World::AgentExits(Agent& agent, const action::Exit& exit) {
 
 // ---- The checker ----
 
+void World::CheckPeers(const Agent& agent, const Assignment& a, const RoundSeen& round) {
+  const std::string where = absl::StrCat("round ", a.round(), " (", agent.node_id, "): ");
+  if (a.peer_key() != round.peer_key) {
+    Violation(absl::StrCat(where, "its peer key differs from another member's"));
+  }
+  if (!a.ride_out_outages()) {
+    if (!a.peer_key().empty() || a.peers_size() > 0) {
+      Violation(absl::StrCat(where, "peers named where no outage is ridden out"));
+    }
+    return;
+  }
+  if (a.peer_key().size() != 32) Violation(absl::StrCat(where, "no 32-byte peer key"));
+  if (a.peers_size() != std::min(rdzv::kMaxPeers, a.group_world_size() - 1)) {
+    Violation(
+        absl::StrCat(where, a.peers_size(), " peers named in a round of ", a.group_world_size()));
+  }
+  std::set<std::string> named;
+  for (const rdzv::Peer& peer : a.peers()) {
+    if (peer.node_id() == agent.node_id || !named.insert(peer.node_id()).second) {
+      Violation(absl::StrCat(where, "peer ", peer.node_id(), " named twice, or itself"));
+    }
+  }
+}
+
 void World::CheckAssignment(const Agent& agent, const Assignment& a) {
   const int64_t key = RoundKey(a.round());
   RoundSeen& round = rounds_[key];
@@ -1291,6 +1377,7 @@ void World::CheckAssignment(const Agent& agent, const Assignment& a) {
     round.restart_count = a.restart_count();
     round.group_world_size = a.group_world_size();
     round.master = master;
+    round.peer_key = a.peer_key();
     if (a.restart_count() < max_restart_seen_) {
       Violation(absl::StrCat(where, "restart count went back from ", max_restart_seen_, " to ",
                              a.restart_count()));
@@ -1302,6 +1389,7 @@ void World::CheckAssignment(const Agent& agent, const Assignment& a) {
                            round.world_size, ", restarts ", a.restart_count(), " vs ",
                            round.restart_count, ", master ", master, " vs ", round.master));
   }
+  CheckPeers(agent, a, round);
   if (a.restart_count() > shape_.max_restarts) {
     Violation(absl::StrCat(where, "restart count ", a.restart_count(), " is past max_restarts ",
                            shape_.max_restarts));
@@ -1394,6 +1482,18 @@ Duration World::LivenessBound() const {
          2 * shape_.shutdown_grace + ElasticState::kKillWait + kRpcTimeout + absl::Seconds(60);
 }
 
+bool World::RoundCutOff(int64_t round) const {
+  if (shape_.backend != Backend::kMusterd) return false;
+  for (const auto& agent : agents_) {
+    const bool running = agent->alive && std::any_of(agent->workers.begin(), agent->workers.end(),
+                                                     [round](const Worker& w) {
+                                                       return w.alive && w.round == round;
+                                                     });
+    if (running && !LinkDown(agent->host)) return false;
+  }
+  return true;
+}
+
 void World::CheckSplitBrain() {
   for (auto it = overlap_since_.begin(); it != overlap_since_.end();) {
     const auto [uid, round] = it->first;
@@ -1405,6 +1505,16 @@ void World::CheckSplitBrain() {
     if (!running) {
       overlap_stopped_at_.erase(it->first);
       it = overlap_since_.erase(it);
+      continue;
+    }
+    if (RoundCutOff(round)) {
+      // Every node still running the round is cut off from the rendezvous,
+      // which seated others meanwhile: none of them can tell this from an
+      // outage of the rendezvous, and all ride it out (docs/multi-node.md
+      // says so). The bound counts from when one of them reaches it again.
+      it->second = Now();
+      overlap_stopped_at_[it->first] = agent->stopped_total;
+      ++it;
       continue;
     }
     Duration stopped = agent->stopped_total - overlap_stopped_at_[it->first];
@@ -1504,6 +1614,9 @@ std::string Describe(const Fault& fault) {
     case FaultKind::kSpareJoins: return absl::StrCat(at, ": a spare starts on host ", fault.host);
     case FaultKind::kLinkCut:
       return absl::StrCat(at, ": link of host ", fault.host, " cut for ", length);
+    case FaultKind::kRdzvCut:
+      return absl::StrCat(at, ": route of host ", fault.host, " to the rendezvous cut for ",
+                          length);
     case FaultKind::kServerCrash:
       return absl::StrCat(at, ": musterd crashes (", static_cast<int>(fault.torn * 100),
                           "% of its last write kept), back after ", length);
@@ -1574,7 +1687,7 @@ Schedule DrawSchedule(uint64_t seed) {
       fault.kind = FaultKind::kSpareJoins;
       fault.host = next_spare++;
     } else if (pick < 82) {
-      fault.kind = FaultKind::kLinkCut;
+      fault.kind = pick < 76 ? FaultKind::kLinkCut : FaultKind::kRdzvCut;
       fault.length = seconds(1, 40);
     } else {
       fault.kind = s.backend == Backend::kMusterd ? FaultKind::kServerCrash : FaultKind::kLinkCut;

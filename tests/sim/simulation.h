@@ -54,6 +54,7 @@ enum class FaultKind {
   kAgentLeaves,   // SIGTERM to the agent: it stops its workers and leaves
   kSpareJoins,    // a new agent starts on a new host
   kLinkCut,       // the host's link is down for `length`
+  kRdzvCut,       // only its route to the rendezvous' host is, for `length`: its peers reach it
   kServerCrash,   // musterd dies (mid-write: `torn` of its last write kept), back after `length`
 };
 

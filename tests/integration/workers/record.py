@@ -1,7 +1,7 @@
 """A worker for the multi-node tests: records its environment, then sleeps.
 
   record.py DIR [--seconds S] [--fail-rank R] [--fail-times K] [--fail-world N]
-            [--slow-stop-rank R --slow-stop-seconds T]
+            [--slow-stop-rank R --slow-stop-seconds T] [--record-stop]
 
 Writes DIR/env.<restart>.<world>.<rank>.<pid> (JSON of its environment,
 written aside and renamed). With --fail-rank, that rank exits 1 in its first
@@ -25,6 +25,9 @@ parser.add_argument("--fail-times", type=int, default=1)
 parser.add_argument("--fail-world", type=int, default=0)
 parser.add_argument("--slow-stop-rank", type=int, default=-1)
 parser.add_argument("--slow-stop-seconds", type=float, default=0.0)
+# Writes stop.RESTART.WORLD.RANK.PID (the time, from time.time()) when SIGTERM
+# ends it: when each round's workers stopped, for the test of "no two rounds at once".
+parser.add_argument("--record-stop", action="store_true")
 args = parser.parse_args()
 
 env = dict(os.environ)
@@ -40,6 +43,14 @@ if int(env["RANK"]) == args.fail_rank and args.fail_world in (0, int(env["WORLD_
     if failed < args.fail_times:
         open(os.path.join(args.dir, f"failed.{failed}"), "w").close()
         raise SystemExit(1)
+if args.record_stop:
+    def record_stop(signum, frame):
+        stop = os.path.join(args.dir, "stop." + name.partition(".")[2])
+        with open(stop + ".tmp", "w") as f:
+            f.write(repr(time.time()))
+        os.replace(stop + ".tmp", stop)
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, record_stop)
 if int(env["RANK"]) == args.slow_stop_rank:
     def stop_slowly(signum, frame):
         time.sleep(args.slow_stop_seconds)

@@ -40,6 +40,7 @@ inline JobConfig Config(int min, int max, int max_restarts = 3) {
 // A node as its agent describes it: Spec("a") runs on host "host-a".
 struct Spec {
   Spec(const char* node_id) : id(node_id) {}  // implicit: Join({"a"}, ...)
+  Spec(std::string node_id) : id(std::move(node_id)) {}
   Spec& Lws(int n) {
     local_world_size = n;
     return *this;
@@ -64,6 +65,10 @@ struct Spec {
     stop_allowance_ms = ms;
     return *this;
   }
+  Spec& PeerPort(int p) {
+    peer_port = p;
+    return *this;
+  }
 
   std::string id;
   int local_world_size = 1;
@@ -72,6 +77,7 @@ struct Spec {
   std::string advertised_addr;
   std::string host;  // empty: "host-" + id
   int64_t stop_allowance_ms = 0;
+  int peer_port = 0;
 };
 
 class StateTest : public ::testing::Test {
@@ -90,6 +96,7 @@ class StateTest : public ::testing::Test {
     node->set_node_rank_hint(spec.hint);
     node->set_master_port_candidate(spec.port);
     node->set_stop_allowance_ms(spec.stop_allowance_ms);
+    node->set_peer_port(spec.peer_port);
     // Ignored on a first join; a rejoin must present it.
     request.set_node_secret(SecretOf(spec.id));
     request.set_protocol_version(kProtocolVersion);

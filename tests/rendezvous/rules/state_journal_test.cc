@@ -3,6 +3,9 @@
 // give back rounds, ranks, secrets, restart counts and results, with the
 // timers started afresh. Pure: the records go from one state to another in
 // memory (the file is journal_test's).
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "rendezvous/rules/state.h"
 #include "tests/rendezvous/rules/state_fixture.h"
@@ -74,6 +78,73 @@ TEST_F(StateTest, AssignmentsOfAnAgentsRendezvousDoNot) {
   // Losing the agent that hosts it is losing its node.
   for (const auto& [node, assignment] : Form({"a", "b"}, At(0))) {
     EXPECT_FALSE(assignment.ride_out_outages()) << node;
+  }
+}
+
+TEST_F(StateTest, AssignmentsOfAnAgentsRendezvousNameNoPeers) {
+  for (const auto& [node, assignment] :
+       Form({Spec("a").PeerPort(7), Spec("b").PeerPort(8)}, At(0))) {
+    EXPECT_THAT(assignment.peers(), IsEmpty()) << node;
+    EXPECT_EQ(assignment.peer_key(), "") << node;
+  }
+}
+
+TEST_F(DurableStateTest, EachNodeOfASmallRoundIsToldEveryOtherAndTheRoundsKey) {
+  config_ = Config(3, 3);
+  std::map<std::string, Assignment> round =
+      Form({Spec("a").PeerPort(7001).Addr("10.0.0.1"), Spec("b").PeerPort(7002),
+            Spec("c").PeerPort(7003).Host("gpu-c")},
+           At(0));
+  ASSERT_EQ(round.size(), 3u);
+  const std::string key = round["a"].peer_key();
+  EXPECT_EQ(key.size(), 32u);
+  std::map<std::string, std::string> seen;  // asker → the peers it is told, in order
+  for (const auto& [node, assignment] : round) {
+    EXPECT_EQ(assignment.peer_key(), key) << node;
+    for (const Peer& peer : assignment.peers()) {
+      EXPECT_NE(peer.node_id(), node);
+      absl::StrAppend(&seen[node], peer.node_id(), "@", peer.host(), "/", peer.addr(), ":",
+                      peer.port(), " ");
+    }
+  }
+  // In group-rank order from each node (a, b, c joined in that order).
+  EXPECT_EQ(seen["a"], "b@host-b/peer-b:7002 c@gpu-c/peer-c:7003 ");
+  EXPECT_EQ(seen["b"], "c@gpu-c/peer-c:7003 a@host-a/10.0.0.1:7001 ");
+  EXPECT_EQ(seen["c"], "a@host-a/10.0.0.1:7001 b@host-b/peer-b:7002 ");
+}
+
+TEST_F(DurableStateTest, TheNextRoundHasAnotherKeyAndARestoredStateTheSame) {
+  config_ = Config(2, 2);
+  std::map<std::string, Assignment> first = Form({"a", "b"}, At(0));
+  Fail("a", 0, At(100));
+  std::map<std::string, Assignment> second = Form({"a", "b"}, At(200));
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second["a"].round(), 1);
+  EXPECT_EQ(second["a"].peer_key(), second["b"].peer_key());
+  EXPECT_NE(second["a"].peer_key(), first["a"].peer_key());
+  Restart(At(300));
+  std::optional<Assignment> again = state_.AssignmentOf({job_, "b"});
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->peer_key(), second["b"].peer_key());
+}
+
+TEST_F(DurableStateTest, ALargeRoundNamesEightPeersSpreadAroundIt) {
+  config_ = Config(20, 20);
+  std::vector<std::string> names;
+  for (int i = 0; i < 20; ++i) names.push_back(absl::StrCat("n", i));
+  std::vector<Spec> nodes(names.begin(), names.end());
+  std::map<std::string, Assignment> round = Form(nodes, At(0));
+  ASSERT_EQ(round.size(), 20u);
+  std::map<std::string, int> rank_of;
+  for (const auto& [node, assignment] : round) rank_of[node] = assignment.group_rank();
+  for (const auto& [node, assignment] : round) {
+    ASSERT_EQ(assignment.peers_size(), kMaxPeers) << node;
+    std::set<int> offsets;
+    for (const Peer& peer : assignment.peers()) {
+      offsets.insert((rank_of[peer.node_id()] - assignment.group_rank() + 20) % 20);
+    }
+    // 20 * k / 9 for k = 1..8: distinct, never 0 (itself).
+    EXPECT_EQ(offsets, (std::set<int>{2, 4, 6, 8, 11, 13, 15, 17})) << node;
   }
 }
 

@@ -1191,6 +1191,9 @@ TEST_F(StateTest, JoinFieldsBeyondTheirBoundsAreRefusedNamingFieldAndBound) {
        {"master_port_candidate", "65535"}},
       {[](JoinRequest* r) { r->mutable_node()->set_master_port_candidate(-1); },
        {"master_port_candidate", "0 for none"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_peer_port(65536); }, {"peer_port", "65535"}},
+      {[](JoinRequest* r) { r->mutable_node()->set_peer_port(-1); }, {"peer_port", "0 for none"}},
+      {[](JoinRequest* r) { r->set_join_key(std::string(129, 'k')); }, {"join key", "128"}},
       {[](JoinRequest* r) { r->mutable_config()->set_heartbeat_timeout_ms(0); },
        {"heartbeat_timeout"}},
   };
