@@ -164,6 +164,8 @@ class EtcdRendezvous final : public rdzv::RendezvousClient {
   // Completes what `mail` answers. REQUIRES: mu_ held.
   void Answer(const EtcdMail& mail, Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnLeaseLost(uint64_t generation, const absl::Status& status);
+  // The lease is gone: this node is no longer in the job, nor its leader.
+  void ForgetLease();
   void Campaign();
   // Campaigns again when the leader key, as of `from_revision`, goes.
   void WatchLeader(int64_t from_revision);
@@ -324,10 +326,15 @@ void EtcdRendezvous::OnLeaseLost(uint64_t generation, const absl::Status& status
       "this node's etcd lease ended ({}): the job counts this node as lost; it joins again "
       "with a new one",
       status.message());
+  ForgetLease();
+}
+
+void EtcdRendezvous::ForgetLease() {
   leader_.reset();
   leader_watch_.reset();
   keeper_.reset();
   lease_ = 0;
+  ++lease_generation_;  // what the old keeper still says is about the old lease
   campaigning_ = false;
 }
 
@@ -430,6 +437,14 @@ void EtcdRendezvous::DoJoin(const rdzv::JoinRequest& request, absl::Time deadlin
   *join.mutable_request() = request;
   absl::StatusOr<int64_t> written =
       options_.etcd->Put(keys_.node(node_id_), join.SerializeAsString(), lease_);
+  if (absl::IsNotFound(written.status())) {
+    // The lease ended while this node was cut off from etcd, and the node
+    // learned it was dropped before its keeper said so: a new lease.
+    logger_->info("this node's etcd lease ended while it was away; it joins with a new one");
+    ForgetLease();
+    if (absl::Status status = EnsureLease(); !status.ok()) return done(status);
+    written = options_.etcd->Put(keys_.node(node_id_), join.SerializeAsString(), lease_);
+  }
   if (!written.ok()) return done(FromEtcd(written.status()));
   Completions completions;
   {
@@ -590,6 +605,11 @@ void EtcdRendezvous::DoReport(EtcdReport report, absl::Time deadline,
   report.set_seq(++report_seq_);
   absl::StatusOr<int64_t> written =
       options_.etcd->Put(keys_.inbox(node_id_), report.SerializeAsString(), lease_);
+  if (absl::IsNotFound(written.status())) {
+    // Its lease ended (before its keeper said so): the job dropped this node.
+    ForgetLease();
+    return done(report.has_leave() ? absl::OkStatus() : NotInJob(node_id_));
+  }
   if (!written.ok()) return done(FromEtcd(written.status()));
   Completions completions;
   {
