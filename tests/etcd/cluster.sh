@@ -25,6 +25,10 @@
 # the cluster when that process exits, so a test that crashes leaves no etcd
 # behind; stop ends the watchdog too.
 #
+# With ETCD_CLUSTER_HOST set (every command alike), the members listen on
+# that address instead of 127.0.0.1: one of a network namespace's, for
+# bench/chaos_soak.py's hosts.
+#
 # Elections are fast (heartbeat 50 ms, election timeout 500 ms): a killed
 # leader is replaced in about a second. Every wait below is bounded.
 set -euo pipefail
@@ -38,6 +42,7 @@ readonly members=(0 1 2)
 self=$(readlink -f "$0")
 readonly self
 readonly start_timeout_s=20
+readonly host=${ETCD_CLUSTER_HOST:-127.0.0.1}
 readonly stop_timeout_s=5
 
 # etcdctl_ DIR ARGS...: etcdctl for the cluster in DIR (with its TLS files, if it has them).
@@ -77,12 +82,12 @@ wait_gone() {
 
 # free_ports COUNT: COUNT distinct loopback ports free now (bound at once, then released).
 free_ports() {
-  python3 - "$1" <<'PY'
+  python3 - "$1" "$host" <<'PY'
 import socket, sys
 socks = []
 for _ in range(int(sys.argv[1])):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
+    s.bind((sys.argv[2], 0))
     socks.append(s)
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
@@ -92,7 +97,7 @@ initial_cluster() {
   local dir=$1 n peer parts=()
   for n in "${members[@]}"; do
     read -r _ peer <"$dir/ports.$n"
-    parts+=("m$n=http://127.0.0.1:$peer")
+    parts+=("m$n=http://$host:$peer")
   done
   local IFS=,
   echo "${parts[*]}"
@@ -110,10 +115,10 @@ launch() {
       --client-cert-auth --trusted-ca-file "$files/ca.pem")
   fi
   etcd --name "m$n" --data-dir "$dir/m$n.data" "${tls[@]}" \
-    --listen-client-urls "$scheme://127.0.0.1:$client" \
-    --advertise-client-urls "$scheme://127.0.0.1:$client" \
-    --listen-peer-urls "http://127.0.0.1:$peer" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --listen-client-urls "$scheme://$host:$client" \
+    --advertise-client-urls "$scheme://$host:$client" \
+    --listen-peer-urls "http://$host:$peer" \
+    --initial-advertise-peer-urls "http://$host:$peer" \
     --initial-cluster "$(initial_cluster "$dir")" \
     --initial-cluster-token "$(<"$dir/token")" \
     --initial-cluster-state "$state" \
@@ -217,8 +222,8 @@ cmd_start() {
     client_list=()
     for n in "${members[@]}"; do
       echo "${ports[$n]} ${ports[$((n + 3))]}" >"$dir/ports.$n"
-      echo "127.0.0.1:${ports[$n]}" >"$dir/endpoint.$n"
-      client_list+=("127.0.0.1:${ports[$n]}")
+      echo "$host:${ports[$n]}" >"$dir/endpoint.$n"
+      client_list+=("$host:${ports[$n]}")
     done
     endpoints=$(IFS=,; echo "${client_list[*]}")
     echo "muster-test-$$-$RANDOM" >"$dir/token"
