@@ -186,12 +186,24 @@ void RendezvousHub::Deliver(Deliveries& deliveries) {
   deliveries = Deliveries();
 }
 
-absl::Status RendezvousHub::Mutate(const std::function<absl::Status(Effects*)>& change) {
+absl::Status RendezvousHub::ClosedOr(const std::string& job_id, absl::Status otherwise) const {
+  // A job that closed as the server stops is still told how it ended: a
+  // node whose report crosses the end of a hosting agent learns why its job
+  // closed, not just that the server went away.
+  absl::StatusOr<StatusResponse> status = state_.Status(job_id);
+  if (status.ok() && status->state() == "closed") {
+    return ClosedJob(job_id, status->close_reason(), status->succeeded());
+  }
+  return otherwise;
+}
+
+absl::Status RendezvousHub::Mutate(const std::string& job_id,
+                                   const std::function<absl::Status(Effects*)>& change) {
   Deliveries deliveries;
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_) return Unavailable();
+    if (shutting_down_) return ClosedOr(job_id, Unavailable());
     Effects effects;
     status = change(&effects);
     ApplyLocked(effects, &deliveries);
@@ -307,20 +319,21 @@ absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const HeartbeatRequest& request
   uint64_t position = 0;
   if (request.has_progress()) {
     // Progress may tell a job's watchers (a PROGRESS event), as a change does.
-    MUSTER_RETURN_IF_ERROR(Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      const NodeKey key{request.job_id(), request.node_id()};
-      round = state_.Heartbeat(key, request.node_secret(), clock_.Now());
-      if (journal_ != nullptr) position = journal_->written();
-      if (!round.ok()) return round.status();
-      return state_.ReportProgress(key, request.node_secret(), request.progress(), clock_.Now(),
-                                   effects);
-    }));
+    MUSTER_RETURN_IF_ERROR(
+        Mutate(request.job_id(), [&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          const NodeKey key{request.job_id(), request.node_id()};
+          round = state_.Heartbeat(key, request.node_secret(), clock_.Now());
+          if (journal_ != nullptr) position = journal_->written();
+          if (!round.ok()) return round.status();
+          return state_.ReportProgress(key, request.node_secret(), request.progress(), clock_.Now(),
+                                       effects);
+        }));
     MUSTER_RETURN_IF_ERROR(SyncJournal(position));
     return round;
   }
   {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_) return Unavailable();
+    if (shutting_down_) return ClosedOr(request.job_id(), Unavailable());
     round = state_.Heartbeat({request.job_id(), request.node_id()}, request.node_secret(),
                              clock_.Now());
     if (journal_ != nullptr) position = journal_->written();
@@ -331,7 +344,7 @@ absl::StatusOr<int64_t> RendezvousHub::Heartbeat(const HeartbeatRequest& request
 }
 
 absl::Status RendezvousHub::ReportFailure(const ReportFailureRequest& request) {
-  return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  return Mutate(request.job_id(), [&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const NodeKey key{request.job_id(), request.node_id()};
     // How far the round got counts before its failure is judged.
     if (request.has_progress()) {
@@ -344,7 +357,7 @@ absl::Status RendezvousHub::ReportFailure(const ReportFailureRequest& request) {
 }
 
 absl::Status RendezvousHub::ReportDone(const ReportDoneRequest& request) {
-  return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  return Mutate(request.job_id(), [&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const NodeKey key{request.job_id(), request.node_id()};
     if (request.has_progress()) {
       (void)state_.ReportProgress(key, request.node_secret(), request.progress(), clock_.Now(),
@@ -355,7 +368,7 @@ absl::Status RendezvousHub::ReportDone(const ReportDoneRequest& request) {
 }
 
 absl::Status RendezvousHub::Leave(const LeaveRequest& request) {
-  return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  return Mutate(request.job_id(), [&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state_.Leave({request.job_id(), request.node_id()}, request.node_secret(),
                         request.reason(), clock_.Now(), effects, request.exclude());
   });
@@ -379,7 +392,7 @@ ListJobsResponse RendezvousHub::ListJobs(const std::string& prefix) {
 }
 
 absl::Status RendezvousHub::Stop(const std::string& job_id, const std::string& reason) {
-  return Mutate([&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  return Mutate(job_id, [&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state_.Stop(job_id, reason, clock_.Now(), effects);
   });
 }

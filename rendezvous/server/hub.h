@@ -205,7 +205,11 @@ class RendezvousHub {
   // Runs `change` on the state under mu_, then delivers its effects. Its
   // lambdas say they hold mu_ (ABSL_EXCLUSIVE_LOCKS_REQUIRED), for clang's
   // -Wthread-safety, which cannot see through the std::function.
-  absl::Status Mutate(const std::function<absl::Status(Effects*)>& change);
+  absl::Status Mutate(const std::string& job_id,
+                      const std::function<absl::Status(Effects*)>& change);
+  // While the server stops: ClosedJob for a job that closed, else `otherwise`.
+  absl::Status ClosedOr(const std::string& job_id, absl::Status otherwise) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
 
   const Clock& clock_;

@@ -279,6 +279,40 @@ TEST_F(HubTest, WatchWithoutTheNodesSecretIsRefusedAndLeavesTheNodesOwnWatchOpen
   EXPECT_EQ(own[0].round_changed().reason(), RoundChanged::WORKER_FAILED);
 }
 
+// Found in CI (test_gpu_check.Preflight, ASan tree): the agent that hosted
+// the rendezvous closed the job and stopped its server while the other
+// node's failure report was on its way; that node was told only "the
+// rendezvous server is shutting down", and exited without saying why the
+// job ended. A closed job's calls are told how it ended.
+TEST_F(HubTest, AStoppingServerStillTellsHowAClosedJobEnded) {
+  JobConfig config = Config(2, 2);
+  config.set_max_restarts(0);
+  Pending<absl::StatusOr<Assignment>> a = Join("a", config);
+  Pending<absl::StatusOr<Assignment>> b = Join("b", config);
+  ASSERT_TRUE(a.Wait().ok());
+  ASSERT_TRUE(b.Wait().ok());
+  ReportFailureRequest report;
+  report.set_job_id("job");
+  report.set_node_id("a");
+  report.set_round(0);
+  report.set_node_secret(a.Wait()->node_secret());
+  ASSERT_TRUE(hub_.ReportFailure(report).ok());  // no restart left: the job closes
+  hub_.Shutdown();
+  report.set_node_id("b");
+  report.set_node_secret(b.Wait()->node_secret());
+  absl::Status late = hub_.ReportFailure(report);
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.message(), HasSubstr("job 'job' is closed ("));
+  HeartbeatRequest beat;
+  beat.set_job_id("job");
+  beat.set_node_id("b");
+  beat.set_node_secret(b.Wait()->node_secret());
+  EXPECT_EQ(hub_.Heartbeat(beat).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Another job's calls are told the server is going away, as before.
+  beat.set_job_id("other");
+  EXPECT_EQ(hub_.Heartbeat(beat).status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_F(HubTest, CancelledJoinsLeaveNoJobBehindPastMaxJoinTimeout) {
   HubOptions options = FakeTimeHub(&clock_);
   options.state.max_join_timeout = absl::Seconds(3);
