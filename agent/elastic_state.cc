@@ -547,6 +547,19 @@ void ElasticState::OnFailureReported(const absl::Status& status, absl::Time now,
     OnNodeExcluded(excluded, now, out);
     return;
   }
+  if (absl::IsNotFound(status) && absl::StrContains(status.message(), rdzv::kDroppedFromJob)) {
+    // Dropped while it did not run or could not reach the rendezvous: the
+    // job went on without it, and its workers failed as their peers moved
+    // on. Its failure is no longer the job's: it joins again.
+    Log(out, Level::kWarn,
+        absl::StrCat("the rendezvous dropped this node (", status.message(),
+                     ") before its workers' failure reached it; rejoining once they stopped"));
+    if (phase_ == AgentPhase::kStopping && after_stop_ == AfterStop::kAwaitDecision) {
+      after_stop_ = AfterStop::kRejoin;
+      if (live_ == 0) OnAllStopped(now, out);
+    }
+    return;
+  }
   Log(out, Level::kError,
       absl::StrCat("could not report the failure to the rendezvous at ", options_.rdzv_target, ": ",
                    status.message()));

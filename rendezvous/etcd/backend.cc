@@ -16,6 +16,7 @@
 #include "rendezvous/etcd/keys.h"
 #include "rendezvous/etcd/leader.h"
 #include "rendezvous/etcd/status.h"
+#include "rendezvous/rules/protocol.h"
 #include "rendezvous/rules/state.h"
 
 namespace muster::etcd {
@@ -124,6 +125,11 @@ class EtcdRendezvous final : public rdzv::RendezvousClient {
   absl::Status NotInJob(const std::string& node) const {
     return absl::NotFoundError(
         absl::StrCat("node ", node, " is not part of job '", options_.job_id, "'"));
+  }
+  // A node whose lease ended: the job has dropped it (as musterd says it).
+  absl::Status LeaseEnded(const std::string& node) const {
+    return absl::NotFoundError(absl::StrCat("node ", node, " ", rdzv::kDroppedFromJob, " '",
+                                            options_.job_id, "': its etcd lease ended"));
   }
   // An etcd error, as the agent reads it: who did not answer.
   absl::Status FromEtcd(const absl::Status& status) const {
@@ -599,7 +605,7 @@ void EtcdRendezvous::DoReport(EtcdReport report, absl::Time deadline,
                               std::function<void(absl::Status)> done) {
   if (lease_ == 0) {
     // Its lease ended: the job has already dropped this node.
-    return done(report.has_leave() ? absl::OkStatus() : NotInJob(node_id_));
+    return done(report.has_leave() ? absl::OkStatus() : LeaseEnded(node_id_));
   }
   if (absl::Status status = EnsureOutboxWatch(); !status.ok()) return done(status);
   report.set_seq(++report_seq_);
@@ -608,7 +614,7 @@ void EtcdRendezvous::DoReport(EtcdReport report, absl::Time deadline,
   if (absl::IsNotFound(written.status())) {
     // Its lease ended (before its keeper said so): the job dropped this node.
     ForgetLease();
-    return done(report.has_leave() ? absl::OkStatus() : NotInJob(node_id_));
+    return done(report.has_leave() ? absl::OkStatus() : LeaseEnded(node_id_));
   }
   if (!written.ok()) return done(FromEtcd(written.status()));
   Completions completions;

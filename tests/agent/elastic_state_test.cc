@@ -677,6 +677,22 @@ TEST_F(ElasticStateTest, AFailureThatCannotBeReportedEndsTheAgentOnceItsWorkersS
               ElementsAre("Exit 1"));
 }
 
+// Found by bench/chaos_soak.py (host mode and etcd): an agent stopped (or
+// cut off) past heartbeat_timeout was dropped and the job went on without
+// it; on waking, its workers failed as their peers had moved on, and the
+// report of that failure, answered "dropped", ended the agent with exit 1.
+TEST_F(ElasticStateTest, AFailureReportAnsweredDroppedRejoinsOnceTheWorkersStopped) {
+  ToStoppingAfterFailure();
+  Actions dropped =
+      state_.OnRdzv(rdzv_event::FailureReported{absl::NotFoundError(absl::StrCat(
+                        "node a ", rdzv::kDroppedFromJob, " 'job': node host-a silent for 5 s"))},
+                    At(110));
+  EXPECT_THAT(Names(dropped), IsEmpty());
+  EXPECT_THAT(Logs(dropped), ElementsAre(HasSubstr("the rendezvous dropped this node")));
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120))),
+              ElementsAre("Join"));
+}
+
 TEST_F(ElasticStateTest, AFailureThatCannotBeReportedAfterTheWorkersStoppedEndsTheAgentAtOnce) {
   ToStoppingAfterFailure();
   state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
