@@ -320,6 +320,7 @@ void ElasticState::ReportFailureAndStop(const WorkerFailure& failure, absl::Time
                                         Actions* out) {
   unreported_failure_ = action::ReportFailure{round_, failure};
   report_deadline_ = now + options_.join_timeout;
+  report_failures_ = 0;
   out->push_back(*unreported_failure_);
   after_stop_ = AfterStop::kAwaitDecision;
   StopWorkers(SIGTERM, now, out);
@@ -409,6 +410,7 @@ Actions ElasticState::OnWorkerExit(const ExitStatus& status, const WorkerFailure
       progress_poll_at_.reset();
       unreported_done_ = round_;
       report_deadline_ = now + options_.join_timeout;
+      report_failures_ = 0;
       out.push_back(action::ReportDone{round_});
     }
     return out;
@@ -526,6 +528,26 @@ void ElasticState::OnWatchEnded(const rdzv_event::WatchEnded& ended, absl::Time 
   }
 }
 
+bool ElasticState::RetriesReport(const absl::Status& status, const char* what, absl::Time now,
+                                 Actions* out) {
+  if (!IsUnanswered(status) || now + kCallRetry >= report_deadline_) return false;
+  if (RidesOut()) {
+    NoteUnreachable(status, now, out);
+  } else {
+    // A connection the server closed while this agent did not run, or a
+    // server busy for a moment: one unanswered call is not the end.
+    if (++report_failures_ >= options_.keep_alive_max_attempt) return false;
+    if (report_failures_ == 1) {
+      Log(out, Level::kWarn,
+          absl::StrCat("the ", what, " report to the rendezvous at ", options_.rdzv_target,
+                       " failed (", status.message(), "); trying again, ",
+                       options_.keep_alive_max_attempt, " tries in all (keep_alive_max_attempt)"));
+    }
+  }
+  report_retry_at_ = now + kCallRetry;
+  return true;
+}
+
 void ElasticState::OnFailureReported(const absl::Status& status, absl::Time now, Actions* out) {
   if (!unreported_failure_) return;  // of a round this node has left behind
   if (status.ok()) {
@@ -533,12 +555,8 @@ void ElasticState::OnFailureReported(const absl::Status& status, absl::Time now,
     NoteReachable(now, out);
     return;
   }
-  if (IsUnanswered(status) && RidesOut() && now + kCallRetry < report_deadline_) {
-    // Reported when the rendezvous comes back: the job must learn of it.
-    report_retry_at_ = now + kCallRetry;
-    NoteUnreachable(status, now, out);
-    return;
-  }
+  // Reported when the rendezvous comes back: the job must learn of it.
+  if (RetriesReport(status, "failure", now, out)) return;
   unreported_failure_.reset();
   if (absl::StrContains(status.message(), rdzv::kExcludedFromJob)) {
     // Excluded by another's report of the same round; its push may come later.
@@ -571,11 +589,7 @@ void ElasticState::OnFailureReported(const absl::Status& status, absl::Time now,
 
 void ElasticState::OnDoneReported(const absl::Status& status, absl::Time now, Actions* out) {
   if (phase_ != AgentPhase::kFinishing || !unreported_done_) return;
-  if (IsUnanswered(status) && RidesOut() && now + kCallRetry < report_deadline_) {
-    report_retry_at_ = now + kCallRetry;
-    NoteUnreachable(status, now, out);
-    return;
-  }
+  if (RetriesReport(status, "done", now, out)) return;
   unreported_done_.reset();
   if (status.ok()) {
     NoteReachable(now, out);
@@ -1014,10 +1028,14 @@ Actions ElasticState::OnPeersAnswered(int64_t round, const std::vector<PeerAnswe
     }
     return out;
   }
+  // Just woken (SIGSTOP) into an outage, it asks at once: "for 0.0 s" would mislead.
+  const absl::Duration away = now - *unreachable_since_;
   Log(&out, Level::kWarn,
-      absl::StrCat("the rendezvous at ", options_.rdzv_target, " has not answered for ",
-                   absl::StrFormat("%.1f", absl::ToDoubleSeconds(now - *unreachable_since_)),
-                   " s and ", why, "; stopping this node's workers (round ", round_,
+      absl::StrCat("the rendezvous at ", options_.rdzv_target,
+                   away < absl::Milliseconds(100) ? std::string(" does not answer")
+                                                  : absl::StrFormat(" has not answered for %.1f s",
+                                                                    absl::ToDoubleSeconds(away)),
+                   " and ", why, "; stopping this node's workers (round ", round_,
                    ") so that no newer round runs beside them, and rejoining"));
   peers_at_.reset();
   after_stop_ = AfterStop::kRejoin;

@@ -329,6 +329,10 @@ class ElasticState {
   void NoteReachable(absl::Time now, Actions* out);
   // Whether `status` is the rendezvous not answering (rather than refusing).
   static bool IsUnanswered(const absl::Status& status);
+  // Whether the report under way is sent again after this unanswered try:
+  // while the rendezvous is ridden out, until report_deadline_; otherwise
+  // up to keep_alive_max_attempt tries, as heartbeats get.
+  bool RetriesReport(const absl::Status& status, const char* what, absl::Time now, Actions* out);
   // What a kFailedPrecondition answer for a closed job tells (rdzv::ClosedJob).
   static rdzv::JobClosed ClosedBy(const absl::Status& status);
   void OnJoined(absl::StatusOr<rdzv::Assignment> assignment, absl::Time now, Actions* out);
@@ -391,6 +395,7 @@ class ElasticState {
   std::optional<action::ReportFailure> unreported_failure_;
   std::optional<int64_t> unreported_done_;
   absl::Time report_deadline_;
+  int report_failures_ = 0;  // unanswered tries of the report under way
   std::optional<rdzv::JobClosed> closed_;
   std::vector<WorkerFailure> failures_;  // of the latest failed attempt
   std::string leave_why_;                // AfterStop::kExitLeave: what this node lacks

@@ -667,13 +667,17 @@ TEST_F(ElasticStateTest, OnceStoppedAfterAFailureTheAgentWaitsForTheRendezvousTo
 
 TEST_F(ElasticStateTest, AFailureThatCannotBeReportedEndsTheAgentOnceItsWorkersStop) {
   ToStoppingAfterFailure();
+  for (int64_t at : {110, 1'110}) {
+    state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")}, At(at));
+    EXPECT_THAT(Names(state_.OnTimer(At(at + 1'000))), ElementsAre("ReportFailure"));
+  }
   Actions unreported =
-      state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")}, At(110));
+      state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")}, At(2'110));
   EXPECT_THAT(Names(unreported), IsEmpty());
   EXPECT_THAT(
       Logs(unreported),
       ElementsAre("ERROR could not report the failure to the rendezvous at rdzv:29400: down"));
-  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(120))),
+  EXPECT_THAT(Names(state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(2'120))),
               ElementsAre("Exit 1"));
 }
 
@@ -693,13 +697,46 @@ TEST_F(ElasticStateTest, AFailureReportAnsweredDroppedRejoinsOnceTheWorkersStopp
               ElementsAre("Join"));
 }
 
-TEST_F(ElasticStateTest, AFailureThatCannotBeReportedAfterTheWorkersStoppedEndsTheAgentAtOnce) {
+TEST_F(ElasticStateTest, AFailureThatCannotBeReportedInKeepAliveMaxAttemptTriesEndsTheAgent) {
   ToStoppingAfterFailure();
   state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  Actions first =
+      state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")}, At(120));
+  EXPECT_THAT(Names(first), IsEmpty());
+  EXPECT_THAT(Logs(first), ElementsAre(HasSubstr("the failure report to the rendezvous at "
+                                                 "rdzv:29400 failed (down); trying again, 3 tries "
+                                                 "in all (keep_alive_max_attempt)")));
+  EXPECT_THAT(Names(state_.OnTimer(At(1'120))), ElementsAre("ReportFailure"));
+  EXPECT_THAT(state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")}, At(1'130)),
+              IsEmpty());
+  EXPECT_THAT(Names(state_.OnTimer(At(2'130))), ElementsAre("ReportFailure"));
   EXPECT_THAT(
-      Names(state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")}, At(120))),
+      Names(state_.OnRdzv(rdzv_event::FailureReported{absl::UnavailableError("down")}, At(2'140))),
       ElementsAre("Exit 1"));
-  EXPECT_THAT(state_.OnRdzv(rdzv_event::FailureReported{absl::OkStatus()}, At(130)), IsEmpty());
+  EXPECT_THAT(state_.OnRdzv(rdzv_event::FailureReported{absl::OkStatus()}, At(2'150)), IsEmpty());
+}
+
+TEST_F(ElasticStateTest, AFailureReportOnAConnectionClosedMeanwhileIsSentAgain) {
+  // Stopped (SIGSTOP) past the hosting agent's keepalive: the first call on
+  // the connection it closed meanwhile fails, the next one reconnects.
+  ToStoppingAfterFailure();
+  state_.OnWorkerExit(kByTerm, Failure(1, 0, SIGTERM), At(110));
+  EXPECT_THAT(Names(state_.OnRdzv(
+                  rdzv_event::FailureReported{absl::UnavailableError("Broken pipe")}, At(120))),
+              IsEmpty());
+  EXPECT_THAT(Names(state_.OnTimer(At(1'120))), ElementsAre("ReportFailure"));
+  EXPECT_THAT(state_.OnRdzv(rdzv_event::FailureReported{absl::OkStatus()}, At(1'130)), IsEmpty());
+  EXPECT_THAT(Names(state_.OnRdzv(RoundChangedTo(1), At(1'200))), ElementsAre("Join"));
+}
+
+TEST_F(ElasticStateTest, ADoneReportOnAConnectionClosedMeanwhileIsSentAgain) {
+  ToFinishing();
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::DoneReported{absl::UnavailableError("Broken pipe")},
+                                  At(110))),
+              IsEmpty());
+  EXPECT_THAT(Names(state_.OnTimer(At(1'110))), ElementsAre("ReportDone"));
+  EXPECT_THAT(Names(state_.OnRdzv(rdzv_event::DoneReported{absl::OkStatus()}, At(1'120))),
+              ElementsAre("Exit 0"));
 }
 
 TEST_F(ElasticStateTest, ANewRoundWhileStoppingForAFailureRejoinsOnceStopped) {
@@ -802,8 +839,12 @@ TEST_F(ElasticStateTest, ANodeThatFinishedAsTheJobMovedOnJoinsTheNextRound) {
 
 TEST_F(ElasticStateTest, WorkersThatSucceededExitZeroEvenIfTheRendezvousCannotBeTold) {
   ToFinishing();
+  for (int64_t at : {110, 1'110}) {
+    state_.OnRdzv(rdzv_event::DoneReported{absl::UnavailableError("down")}, At(at));
+    EXPECT_THAT(Names(state_.OnTimer(At(at + 1'000))), ElementsAre("ReportDone"));
+  }
   Actions actions =
-      state_.OnRdzv(rdzv_event::DoneReported{absl::UnavailableError("down")}, At(110));
+      state_.OnRdzv(rdzv_event::DoneReported{absl::UnavailableError("down")}, At(2'110));
   EXPECT_THAT(Names(actions), ElementsAre("Exit 0"));
   EXPECT_THAT(Logs(actions),
               ElementsAre("WARN workers succeeded but the rendezvous could not be told: down"));
