@@ -99,6 +99,7 @@ WORKER = textwrap.dedent('''\
                              sample + 1], dtype=torch.int64)
 
     while step < steps:
+        begun = time.time()
         local = torch.zeros(4, dtype=torch.int64)
         for sample in range(rank, batch, world):
             local += contribution(step, sample)
@@ -110,7 +111,7 @@ WORKER = textwrap.dedent('''\
                 json.dump([step] + params.tolist(), f)
             os.replace(checkpoint + ".tmp", checkpoint)
         log.write(json.dumps({"round": round_, "rank": rank, "world": world, "step": step,
-                              "t": time.time()}) + "\\n")
+                              "begun": begun, "t": time.time()}) + "\\n")
         time.sleep(pause)
     dist.barrier()
     if rank == 0:
@@ -138,7 +139,8 @@ def percentile(values, q):
 
 
 class Steps:
-    """What the workers logged so far, read incrementally: (round, rank, world, step, t)."""
+    """What the workers logged so far, read incrementally: (round, rank, world,
+    step, t, begun), t when the step ended and begun when it began."""
 
     def __init__(self, work):
         self.work = work
@@ -154,16 +156,18 @@ class Steps:
             self.offsets[path] = self.offsets.get(path, 0) + len(complete)
             for line in complete.splitlines():
                 row = json.loads(line)
-                self.rows.append((row["round"], row["rank"], row["world"], row["step"], row["t"]))
+                self.rows.append((row["round"], row["rank"], row["world"], row["step"], row["t"],
+                                  row["begun"]))
         return self.rows
 
     def training_again(self, since, world=None):
-        """When every rank of one round had stepped after `since` (the first such
-        round, and all its ranks), or None. `world`: only a round of that size."""
-        first = {}  # round -> rank -> its first step time after since
+        """When every rank of one round had ended a step begun after `since` (the
+        first such round, and all its ranks), or None: a step in flight at the
+        fault does not count. `world`: only a round of that size."""
+        first = {}  # round -> rank -> when its first step begun after since ended
         worlds = {}
-        for round_, rank, size, _, t in self.read():
-            if t > since and (world is None or size == world):
+        for round_, rank, size, _, t, begun in self.read():
+            if begun > since and (world is None or size == world):
                 seen = first.setdefault(round_, {})
                 seen[rank] = min(seen.get(rank, t), t)
                 worlds[round_] = size
@@ -442,7 +446,7 @@ class Soak:
         """The most an older round stepped after a newer one began (rank 0 of
         an older round writing the checkpoint over the newer one's, say)."""
         first, last = {}, {}  # round -> time
-        for round_, _, _, _, t in self.steps.read():
+        for round_, _, _, _, t, _ in self.steps.read():
             first[round_] = min(first.get(round_, t), t)
             last[round_] = max(last.get(round_, t), t)
         worst = 0.0
@@ -534,6 +538,10 @@ def main():
     if why:
         print(f"chaos_soak: skipped: {why}")
         return 77
+    # Stopped by hand or by ctest's timeout: the finally clauses tear down
+    # the namespaces and every process of the job.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
     work = args.keep or tempfile.mkdtemp(prefix="muster-soak-")
     os.makedirs(work, exist_ok=True)
     try:
