@@ -178,10 +178,12 @@ void PeerEndpoint::Read(const std::function<PeerAnswer()>& answer) {
 
 void PeerEndpoint::Take(const std::string& datagram, const sockaddr_storage& from,
                         socklen_t from_length, const std::function<PeerAnswer()>& answer) {
+  const std::string* key = nullptr;  // of the round the datagram is signed for
   std::optional<rdzv::PeerMessage> message =
-      OpenPeerDatagram(datagram, [this](int64_t round) -> const std::string* {
+      OpenPeerDatagram(datagram, [this, &key](int64_t round) -> const std::string* {
         const Round* known = Find(round);
-        return known == nullptr ? nullptr : &known->key;
+        key = known == nullptr ? nullptr : &known->key;
+        return key;
       });
   if (message && message->has_question() && message->question().job_id() == job_id_) {
     const rdzv::PeerQuestion& asked = message->question();
@@ -197,7 +199,7 @@ void PeerEndpoint::Take(const std::string& datagram, const sockaddr_storage& fro
     Known to;
     to.address = from;
     to.address_length = from_length;
-    Send(reply_message, Find(asked.round())->key, to);
+    Send(reply_message, *key, to);
     return;
   }
   if (message && message->has_reply() && question_ && message->reply().job_id() == job_id_ &&

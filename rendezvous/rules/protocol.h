@@ -5,7 +5,10 @@
 #ifndef MUSTER_RENDEZVOUS_RULES_PROTOCOL_H_
 #define MUSTER_RENDEZVOUS_RULES_PROTOCOL_H_
 
+#include <cstddef>
 #include <cstdint>
+
+#include "absl/strings/string_view.h"
 
 namespace muster::rdzv {
 
@@ -35,6 +38,13 @@ inline constexpr char kExcludedFromJob[] = "is excluded from job";
 // finished)"; ClosedJob in rules/state.h): the agent ends as when told
 // JobClosed.succeeded, with exit code 0.
 inline constexpr char kJobSucceeded[] = "' succeeded and is closed";
+
+// Whether such a message says the job succeeded: kJobSucceeded before the
+// reason, which is free text and may contain anything.
+inline bool ClosedJobSucceeded(absl::string_view message) {
+  const size_t marker = message.find(kJobSucceeded);
+  return marker != absl::string_view::npos && marker < message.find(" (");
+}
 
 }  // namespace muster::rdzv
 

@@ -747,7 +747,7 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   auto node_it = job.nodes.find(node_id);
   if (node_it == job.nodes.end()) return;
   const bool member = node_it->second.member;
-  TakeOut(job, node_id, why, now, effects);
+  TakeOut(job, node_it, why, now, effects);
   // Journalled after what its removal led to (a round opened, the job
   // closed): a journal torn between the two then restores the node in
   // that round, where it is dropped again, rather than a running round
@@ -760,9 +760,9 @@ void RendezvousState::RemoveNode(Job& job, const std::string& node_id, const std
   }
 }
 
-void RendezvousState::TakeOut(Job& job, const std::string& node_id, const std::string& why,
-                              absl::Time now, Effects* effects) {
-  auto node_it = job.nodes.find(node_id);
+void RendezvousState::TakeOut(Job& job, decltype(Job::nodes)::iterator node_it,
+                              const std::string& why, absl::Time now, Effects* effects) {
+  const std::string node_id = node_it->first;  // the entry goes below
   const std::string host = node_it->second.info.host();
   std::string secret = node_it->second.secret;
   effects->rearm_timer = true;

@@ -510,9 +510,9 @@ class RendezvousState {
   void RemoveNode(Job& job, const std::string& node_id, const std::string& why, absl::Time now,
                   Effects* effects);
   // RemoveNode's work but the journal record: the node out of the job, and
-  // what follows (a new round, the job's close). REQUIRES: it is in the job.
-  void TakeOut(Job& job, const std::string& node_id, const std::string& why, absl::Time now,
-               Effects* effects);
+  // what follows (a new round, the job's close). `node`: its entry in job.nodes.
+  void TakeOut(Job& job, decltype(Job::nodes)::iterator node, const std::string& why,
+               absl::Time now, Effects* effects);
   // The hosts of `ids`, for messages.
   std::vector<std::string> DescribeNodes(const Job& job, const std::set<std::string>& ids) const;
   static bool IsParticipant(const Job& job, const std::string& node_id);
