@@ -90,14 +90,15 @@ std::string RankRange(int first, int count) {
   return count == 1 ? absl::StrCat(first) : absl::StrCat(first, "-", first + count - 1);
 }
 
-ElasticOptions ElasticOptionsFor(const AgentOptions& options, const std::string& target,
+ElasticOptions ElasticOptionsFor(const AgentOptions& options, const rdzv::RendezvousClient& client,
                                  bool ask_peers) {
   const LaunchConfig& config = options.config;
   ElasticOptions elastic;
   elastic.ask_peers = ask_peers;
+  elastic.heartbeat_with_watch = client.WatchOutlivesOutages();
   elastic.heartbeat_timeout = absl::FromChrono(config.rdzv_conf.heartbeat_timeout);
   elastic.script = config.script;
-  elastic.rdzv_target = target;
+  elastic.rdzv_target = client.target();
   elastic.hosts_rendezvous = options.hosts_rendezvous;
   elastic.join_timeout = absl::FromChrono(config.rdzv_conf.join_timeout);
   elastic.keep_alive_interval = absl::FromChrono(config.rdzv_conf.keep_alive_interval);
@@ -154,8 +155,7 @@ class Agent::Impl {
       : options_(std::move(options)), config_(options_.config), client_(std::move(client)),
         runner_(runner), clock_(clock), logger_(Logger("agent")),
         node_id_(absl::StrCat(options_.host, ":", getpid(), ":", RandomSuffix())),
-        peers_(OpenPeers()),
-        state_(ElasticOptionsFor(options_, client_->target(), peers_ != nullptr)),
+        peers_(OpenPeers()), state_(ElasticOptionsFor(options_, *client_, peers_ != nullptr)),
         join_key_(rdzv::NewNodeSecret().value_or("")) {}
 
   ~Impl() {
@@ -947,13 +947,17 @@ void Agent::Impl::Do(const action::QueryStatus&) {
 }
 
 std::unique_ptr<PeerEndpoint> Agent::Impl::OpenPeers() {
-  if (options_.static_ranks) return nullptr;  // its rendezvous is its own
+  // Static ranks have no rendezvous to lose; a rendezvous hosted here (host
+  // mode, --standalone) is never ridden out, so nobody asks.
+  if (options_.static_ranks || options_.hosts_rendezvous) return nullptr;
   absl::StatusOr<std::unique_ptr<PeerEndpoint>> peers =
       PeerEndpoint::Create(config_.rdzv_id, node_id_);
   if (!peers.ok()) {
+    // Its port goes out as 0: a peer that asks it counts it as silent.
     logger_->warn(
-        "{}; the other nodes of its round cannot ask this node, so each of them rides out an "
-        "outage of the rendezvous for heartbeat_timeout at most",
+        "{}; this node can neither ask the other nodes of its round nor answer them: while the "
+        "rendezvous does not answer, its workers keep running until it answers again, and the "
+        "other nodes of its round, finding it silent, stop theirs",
         peers.status().message());
     return nullptr;
   }

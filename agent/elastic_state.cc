@@ -87,10 +87,7 @@ void ElasticState::SendJoin(absl::Time now, Actions* out) {
 rdzv::JobClosed ElasticState::ClosedBy(const absl::Status& status) {
   rdzv::JobClosed closed;
   closed.set_reason(std::string(status.message()));
-  // Before the reason, which is free text ("job 'J' succeeded and is closed (REASON)").
-  const absl::string_view message = status.message();
-  const size_t marker = message.find(rdzv::kJobSucceeded);
-  closed.set_succeeded(marker != absl::string_view::npos && marker < message.find(" ("));
+  closed.set_succeeded(rdzv::ClosedJobSucceeded(status.message()));
   return closed;
 }
 
@@ -915,7 +912,9 @@ Actions ElasticState::OnTimer(absl::Time now) {
   if (heartbeat_at_ && now >= *heartbeat_at_) {
     heartbeat_at_ = now + options_.keep_alive_interval;
     // The open watch stream is the heartbeat otherwise.
-    if (!watch_started_) out.push_back(action::SendHeartbeat{std::nullopt, ++heartbeat_seq_});
+    if (!watch_started_ || options_.heartbeat_with_watch) {
+      out.push_back(action::SendHeartbeat{std::nullopt, ++heartbeat_seq_});
+    }
   }
   if (health_deadline_ && now >= *health_deadline_) {
     health_deadline_.reset();

@@ -57,6 +57,10 @@ struct ElasticOptions {
   // rendezvous will give to a newer round, stops its workers at once.
   // Without it, such a node's old round runs until its link comes back.
   bool ask_peers = false;
+  // Heartbeats go on while the watch stream is open: the stream is no sign
+  // that the rendezvous answers (RendezvousClient::WatchOutlivesOutages).
+  // Else an agent cut off from etcd would never learn it, nor ask its peers.
+  bool heartbeat_with_watch = false;
   // The job's heartbeat_timeout: the rendezvous drops a node silent for
   // this long. A node alone in its round (no peer to ask) rides out an
   // outage this long at most.

@@ -68,6 +68,12 @@ class RendezvousClient {
   // Where the rendezvous is, for messages.
   virtual const std::string& target() const = 0;
 
+  // Whether an open watch says nothing of whether the rendezvous answers:
+  // the etcd backend's outlives an outage of any length (its client opens
+  // it again), where the gRPC one ends within its keepalive. The agent then
+  // heartbeats while it watches (ElasticOptions::heartbeat_with_watch).
+  virtual bool WatchOutlivesOutages() const { return false; }
+
   // Each call runs asynchronously; its callback runs exactly once, within
   // `timeout`, on another thread or before the call returns.
   virtual void Join(const JoinRequest& request, absl::Duration timeout,

@@ -49,6 +49,8 @@ class EtcdRendezvous final : public rdzv::RendezvousClient {
   }
 
   const std::string& target() const override { return options_.target; }
+  // The etcd client reopens the outbox's watch for as long as etcd is away.
+  bool WatchOutlivesOutages() const override { return true; }
 
   void Join(const rdzv::JoinRequest& request, absl::Duration timeout,
             std::function<void(absl::StatusOr<Assignment>)> done) override {
@@ -333,6 +335,19 @@ void EtcdRendezvous::OnLeaseLost(uint64_t generation, const absl::Status& status
       "with a new one",
       status.message());
   ForgetLease();
+  // Tell the agent now, as its heartbeats would: its workers are no longer
+  // the job's (found by the simulator: nothing told it, and with no other
+  // agent to lead, the job waited for it for ever).
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    if (watcher_) {
+      completions.push_back(
+          [w = std::move(watcher_), ended = LeaseEnded(node_id_)] { w->on_end(ended); });
+    }
+    watcher_.reset();
+  }
+  for (auto& completion : completions) completion();
 }
 
 void EtcdRendezvous::ForgetLease() {
@@ -574,6 +589,10 @@ void EtcdRendezvous::OnLeaderEnded(uint64_t generation, const absl::Status& stat
 void EtcdRendezvous::DoHeartbeat(const std::string& node,
                                  std::function<void(absl::StatusOr<int64_t>)> done) {
   node_id_ = node;
+  // Only a node that joined heartbeats, and it joined under a lease: with
+  // that lease gone, its key is, and the job counts it lost whatever its
+  // outbox still says.
+  if (lease_ == 0) return done(LeaseEnded(node));
   absl::StatusOr<GetResult> got = options_.etcd->Get(keys_.outbox(node));
   if (!got.ok()) return done(FromEtcd(got.status()));
   if (got->kv) {

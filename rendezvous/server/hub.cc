@@ -374,6 +374,13 @@ absl::Status RendezvousHub::Leave(const LeaveRequest& request) {
   });
 }
 
+void RendezvousHub::DropNode(const NodeKey& node, const std::string& why) {
+  Mutate(node.job_id, [&](Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    state_.DropNode(node, why, clock_.Now(), effects);
+    return absl::OkStatus();
+  }).IgnoreError();
+}
+
 absl::StatusOr<StatusResponse> RendezvousHub::Status(const std::string& job_id, bool nodes) {
   absl::StatusOr<StatusResponse> status;
   uint64_t position = 0;

@@ -115,6 +115,10 @@ class RendezvousHub {
   absl::Status ReportFailure(const ReportFailureRequest& request);
   absl::Status ReportDone(const ReportDoneRequest& request);
   absl::Status Leave(const LeaveRequest& request);
+  // The node is gone, as its owner's liveness says (HubOptions::state's
+  // external_liveness): RendezvousState::DropNode. musterd has none; the
+  // simulator's etcd leader does, as rendezvous/etcd/leader.cc does.
+  void DropNode(const NodeKey& node, const std::string& why);
   // An operator's calls (no node secret; the caller checked who asks).
   absl::StatusOr<StatusResponse> Status(const std::string& job_id, bool nodes = false);
   // The jobs whose ids start with `prefix` (RendezvousState::ListJobs).

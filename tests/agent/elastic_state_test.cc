@@ -1365,6 +1365,44 @@ TEST_F(RideOutTest, WithoutAskingPeersANodeCutOffAloneRidesItOut) {
   EXPECT_THAT(Names(state_.OnTimer(At(1'000))), Not(Contains("AskPeers 0")));
 }
 
+// Found by the simulator (etcd): the etcd backend's watch outlives an
+// outage of etcd (its client opens it again), so an agent cut off from etcd
+// heard nothing, sent no heartbeat and never asked its peers: its old round
+// ran beside the newer one for as long as the cut lasted.
+class WatchOutlivesOutagesTest : public ElasticStateTest {
+ protected:
+  static ElasticOptions HeartbeatingWithWatch() {
+    ElasticOptions options = AskingPeers();
+    options.heartbeat_with_watch = true;
+    return options;
+  }
+  WatchOutlivesOutagesTest() : ElasticStateTest(HeartbeatingWithWatch()) { ride_out_ = true; }
+};
+
+TEST_F(WatchOutlivesOutagesTest, HeartbeatsGoOnWhileTheWatchIsOpen) {
+  ToRunning(1);
+  state_.OnRdzv(WatchStarted(1), At(20));
+  EXPECT_THAT(Names(state_.OnTimer(At(10 + kKeepAliveMs))), ElementsAre("Heartbeat"));
+  EXPECT_THAT(state_.OnRdzv(Beat(0), At(20 + kKeepAliveMs)), IsEmpty());
+  EXPECT_THAT(Names(state_.OnTimer(At(10 + 2 * kKeepAliveMs))), ElementsAre("Heartbeat"));
+}
+
+TEST_F(WatchOutlivesOutagesTest, AnUnansweredHeartbeatWhileTheWatchIsOpenAsksThePeers) {
+  ToRunning(1);
+  state_.OnRdzv(WatchStarted(1), At(20));
+  EXPECT_THAT(Names(state_.OnTimer(At(10 + kKeepAliveMs))), ElementsAre("Heartbeat"));
+  Actions unanswered = state_.OnRdzv(Beat(kDown), At(6'000));
+  EXPECT_THAT(Logs(unanswered), Contains(HasSubstr("does not answer")));
+  EXPECT_THAT(Names(state_.OnTimer(At(6'000))), Contains("AskPeers 0"));
+  PeerAnswer moved_on;
+  moved_on.node = "b";
+  moved_on.answered = true;
+  moved_on.round = 1;
+  moved_on.reaches_rendezvous = true;
+  EXPECT_THAT(Names(state_.OnPeersAnswered(0, {moved_on}, At(7'000))), ElementsAre("Signal TERM"));
+  EXPECT_EQ(state_.after_stop(), AfterStop::kRejoin);
+}
+
 class PreflightTest : public ElasticStateTest {
  protected:
   static ElasticOptions WithPreflight() {

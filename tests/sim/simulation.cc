@@ -38,8 +38,11 @@ using rdzv::JournalRecord;
 
 const Time kEpoch = absl::FromUnixSeconds(1'750'000'000);
 constexpr char kJob[] = "job";
-// musterd's host: never cut, never stopped (its crashes are kServerCrash).
+// musterd's host, or etcd's: never cut, never stopped (its crashes are
+// kServerCrash).
 constexpr int kMusterdHost = -1;
+// How often the etcd model looks at leases (kept alive, ended) and at who leads.
+constexpr Duration kLeaseTick = absl::Milliseconds(250);
 
 // What the real edges do, as the simulation models them.
 constexpr Duration kRpcTimeout = absl::Seconds(10);  // agent.cc: every call but a join
@@ -155,6 +158,11 @@ struct Agent {
   uint64_t join_ticket = 0;
   uint64_t joins_sent = 0;      // this agent's Join calls, counted
   uint64_t join_at_server = 0;  // which of them join_ticket is
+  // etcd: serves the join pending at the leader again (a new leader reads
+  // its key), and the watch of etcd that outlives leaders.
+  std::function<void()> join_replay;
+  std::function<void()> watch_attach;
+  std::function<void(absl::Status)> watch_end;  // its outbox deleted
   // What the checker needs.
   bool signaled = false;
   std::optional<rdzv::JobClosed> told_closed;
@@ -165,6 +173,12 @@ struct Agent {
   int64_t peers_round = -1;
   // The rounds whose questions it answers: the last PeerEndpoint::kKeptRounds it ran in.
   std::deque<int64_t> rounds_kept;
+
+  // Alive, with a worker of `round` alive.
+  bool RunsRound(int64_t round) const {
+    return alive && std::any_of(workers.begin(), workers.end(),
+                                [round](const Worker& w) { return w.alive && w.round == round; });
+  }
 };
 
 // A connection between a host and the rendezvous' host.
@@ -226,7 +240,38 @@ class World {
   void CrashServer(double torn, Duration down);
   void StartServer();
 
+  // The etcd backend (Backend::kEtcd).
+  bool Etcd() const { return shape_.backend == Backend::kEtcd; }
+  // Its keep-alives get through: it runs, and its route to etcd is up.
+  bool ReachesEtcd(const Agent& agent) const;
+  // The agent's live lease (0: none); `grant`: one is granted if it has
+  // none, as the backend does before it writes a key.
+  int64_t LeaseOf(int uid, bool grant);
+  // Leases kept alive or ended, and a leader elected if none leads; again
+  // every kLeaseTick.
+  void TickLeases();
+  void LeaseEnds(Agent& agent);
+  // The leader drops the node whose lease ended (as leader.cc's NodeGone).
+  void DropFromEtcd(int uid, const std::string& why);
+  // The leader's lease ended: its hub is gone, another agent takes over.
+  void LeaderLost();
+  void ElectLeader();
+  // The whole cluster away for `length`: leases hold, renewed when it is back.
+  void EtcdAway(Duration length);
+  // The leader can act again (resumed, its route back, etcd back): what
+  // waited for it is served.
+  void ServerMayResume();
+  // What the node's outbox says: the round the leader last wrote (its
+  // state, or what the journal says while no leader acts).
+  absl::StatusOr<int64_t> EtcdOutbox(const rdzv::HeartbeatRequest& request);
+  // A heartbeat reads the outbox, once its lease is known to be live.
+  absl::StatusOr<int64_t> EtcdHeartbeat(int uid, const rdzv::HeartbeatRequest& request);
+  void OpenEtcdWatch(Agent& agent, const action::OpenWatch& open);
+  // The watch the agent opens, as it sees it: the request it sends.
+  rdzv::WatchRequest BeginWatch(Agent& agent, const action::OpenWatch& open);
+
   // The network.
+  // musterd's host, etcd's, or host 0 in host mode.
   int ServerHost() const { return schedule_.shape.backend == Backend::kHost ? 0 : kMusterdHost; }
   bool Cut(int host) const;
   // The connection of `host` to the rendezvous' host has no link (either end cut).
@@ -265,9 +310,14 @@ class World {
   void Serve(int host, std::function<void()> serve);
   void ArmServerTimer();
   void CheckJournal();
+  // How a call is served: by the rendezvous (musterd, the hosting agent,
+  // the etcd leader), or by etcd itself (what the leader wrote).
+  enum class By { kRendezvous, kEtcd };
+  // `replay`: where to keep what serves it again (Agent::join_replay).
   template <typename R>
   void Call(Agent& agent, Duration timeout, bool wait_for_ready,
-            std::function<void(std::function<void(R)>)> serve, std::function<void(Agent&, R)> done);
+            std::function<void(std::function<void(R)>)> serve, std::function<void(Agent&, R)> done,
+            By by = By::kRendezvous, std::function<void()> Agent::*replay = nullptr);
 
   // The agents.
   Agent* Find(int uid) {
@@ -313,7 +363,7 @@ class World {
   void CheckRoundSucceeds(int64_t round);
   void CheckExit(const Agent& agent, int code);
   void CheckSplitBrain();
-  // Every node still running `round`'s workers is cut off from the rendezvous.
+  // Two or more nodes still run `round`'s workers, every one cut off from the rendezvous.
   bool RoundCutOff(int64_t round) const;
   void CheckEnd();
   Duration SplitBrainBound(int64_t round) const;
@@ -350,6 +400,19 @@ class World {
   std::vector<std::function<void()>> waiting_for_server_;
   std::vector<rdzv::JobEvent> step_events_;
   std::optional<rdzv::JobEvent> closed_;  // the job's close, as delivered
+  // etcd: the agent that leads (its uid), each live lease (by uid: until
+  // when it holds, and its last keep-alive), and whether etcd is away.
+  std::optional<int> leader_;
+  struct Lease {
+    Time until;
+    Time kept;   // its last keep-alive
+    int64_t id;  // a key written under it goes when it does
+  };
+  std::map<int, Lease> leases_;
+  int64_t last_lease_ = 0;
+  bool etcd_down_ = false;
+  // Agents whose join the lost leader had pending: the next one reads it.
+  std::vector<int> unled_joins_;
 
   // The checker's records.
   // By RoundKey: a job forgotten and made anew under its id starts at round 0.
@@ -437,6 +500,7 @@ void World::Inject(const Fault& fault) {
       }
       return;
     case FaultKind::kServerCrash:
+      if (Etcd() && !etcd_down_) EtcdAway(fault.length);
       if (shape_.backend == Backend::kMusterd && !server_down_ && !crash_armed_) {
         crash_armed_ = fault.torn;
         crash_down_ = fault.length;
@@ -461,7 +525,9 @@ void World::StartAgent(int host) {
   const int incarnation = incarnations_[host]++;
   ElasticOptions options;
   options.script = "train.py";
-  options.rdzv_target = shape_.backend == Backend::kHost ? "h0:29400" : "musterd:29400";
+  options.rdzv_target = shape_.backend == Backend::kHost ? "h0:29400"
+                        : Etcd()                         ? "etcd at etcd:2379"
+                                                         : "musterd:29400";
   options.hosts_rendezvous = shape_.backend == Backend::kHost && host == 0 && incarnation == 0;
   options.join_timeout = shape_.join_timeout;
   options.keep_alive_interval = shape_.keep_alive_interval;
@@ -469,6 +535,7 @@ void World::StartAgent(int host) {
   options.shutdown_grace = shape_.shutdown_grace;
   options.progress_poll = absl::ZeroDuration();
   options.ask_peers = true;
+  options.heartbeat_with_watch = Etcd();
   options.heartbeat_timeout = shape_.heartbeat_timeout;
   const int uid = static_cast<int>(agents_.size());
   agents_.push_back(std::make_unique<Agent>(uid, host, incarnation, std::move(options)));
@@ -554,6 +621,7 @@ void World::ResumeAgent(int uid) {
   } else if (LinkDown(agent->host)) {
     AgentPingsFindCut(agent->host);
   }
+  if (Etcd() && leader_ == uid) ServerMayResume();
   if (shape_.backend == Backend::kHost && agent->host == 0) {
     std::vector<std::function<void()>> waiting = std::exchange(server_inbox_, {});
     for (auto& serve : waiting) serve();
@@ -624,6 +692,7 @@ void World::LinksBack() {
       ClientLearnsBreak(*agent);
     }
   }
+  if (Etcd()) ServerMayResume();  // the leader's route may be back
 }
 
 void World::CrashServer(double torn, Duration down) {
@@ -652,12 +721,14 @@ void World::StartServer() {
   rdzv::HubOptions options;
   options.clock = &clock_;
   options.timer_thread = false;
-  options.state.ride_out_outages = shape_.backend == Backend::kMusterd;
+  // etcd's leader: rendezvous/etcd/leader.cc's LeaderStateOptions.
+  options.state.ride_out_outages = shape_.backend != Backend::kHost;
+  options.state.external_liveness = Etcd();
   options.state.stream_silence =
-      shape_.backend == Backend::kMusterd
+      shape_.backend != Backend::kHost
           ? absl::Seconds(5)
           : std::clamp(shape_.heartbeat_timeout / 6, absl::Seconds(1), absl::Seconds(5));
-  if (shape_.backend == Backend::kMusterd) {
+  if (shape_.backend != Backend::kHost) {
     if (journal_ == nullptr) journal_ = std::make_shared<MemoryJournal>(options_.breakage);
     options.journal = journal_;
     options.restore = journal_->records();
@@ -670,6 +741,250 @@ void World::StartServer() {
                     " records restored"));
   if (journal_) CheckJournal();
   ArmServerTimer();
+}
+
+// ---- The etcd backend ----
+
+bool World::ReachesEtcd(const Agent& agent) const {
+  return agent.alive && !agent.stopped && !LinkDown(agent.host) && !etcd_down_;
+}
+
+int64_t World::LeaseOf(int uid, bool grant) {
+  auto lease = leases_.find(uid);
+  if (lease != leases_.end()) return lease->second.id;
+  if (!grant || !Find(uid)->alive) return 0;
+  leases_[uid] = Lease{Now() + shape_.heartbeat_timeout, Now(), ++last_lease_};
+  return last_lease_;
+}
+
+void World::TickLeases() {
+  const Duration ttl = shape_.heartbeat_timeout;
+  for (auto& agent : agents_) {
+    const int uid = agent->uid;
+    auto lease = leases_.find(uid);
+    if (lease == leases_.end()) continue;  // granted at its next call (LeaseOf)
+    if (ReachesEtcd(*agent) && !agent->state.done()) {
+      // Its keeper renews it every third of its TTL (etcd's client).
+      if (Now() - lease->second.kept >= ttl / 3) {
+        lease->second.until = Now() + ttl;
+        lease->second.kept = Now();
+      }
+    } else if (!etcd_down_ && Now() >= lease->second.until) {
+      LeaseEnds(*agent);
+    }
+  }
+  if (!leader_) ElectLeader();
+  const bool all_done = std::all_of(agents_.begin(), agents_.end(),
+                                    [](const auto& a) { return !a->alive || a->state.done(); });
+  if (!all_done || Now() <= last_fault_end_) At(Now() + kLeaseTick, [this] { TickLeases(); });
+}
+
+void World::DropFromEtcd(int uid, const std::string& why) {
+  // The leader drops the node and deletes its outbox, which ends its watch.
+  hub_->DropNode(rdzv::NodeKey{kJob, Find(uid)->node_id}, why);
+  if (Find(uid)->watch_end) {
+    Find(uid)->watch_end(absl::NotFoundError(
+        absl::StrCat("node ", Find(uid)->node_id, " is not part of job '", kJob, "'")));
+  }
+}
+
+void World::LeaseEnds(Agent& agent) {
+  leases_.erase(agent.uid);
+  Note(absl::StrCat("the etcd lease of ", agent.node_id, " ends"));
+  if (leader_ == agent.uid) {
+    LeaderLost();
+    return;  // the next leader drops every node without a lease
+  }
+  // Its node key goes with it: the leader drops the node (when it acts).
+  if (hub_ != nullptr) {
+    ServerStep([this, uid = agent.uid] {
+      DropFromEtcd(uid,
+                   "lost: its etcd lease ended (the agent died, or could not reach etcd for "
+                   "heartbeat_timeout)");
+    });
+  }
+}
+
+void World::LeaderLost() {
+  Note(absl::StrCat("the leader ", agents_[*leader_]->node_id, " is gone"));
+  // What waited for it is read by the next leader.
+  for (auto& agent : agents_) {
+    if (agent->alive && agent->join_ticket != 0 && agent->join_replay) {
+      unled_joins_.push_back(agent->uid);
+    }
+    agent->watch_ticket = 0;
+    agent->join_ticket = 0;
+  }
+  ++server_generation_;
+  dropping_ = true;
+  hub_.reset();  // fenced: nothing it still says is written
+  dropping_ = false;
+  server_timer_at_.reset();
+  leader_.reset();
+  ElectLeader();  // or TickLeases, once an agent can lead
+}
+
+void World::ElectLeader() {
+  if (leader_ || etcd_down_) return;
+  std::vector<int> candidates;
+  for (auto& agent : agents_) {
+    if (ReachesEtcd(*agent) && !agent->state.done() && leases_.contains(agent->uid)) {
+      candidates.push_back(agent->uid);
+    }
+  }
+  if (candidates.empty()) return;
+  // Every agent campaigns when the leader key goes; the first write wins.
+  leader_ = candidates[static_cast<size_t>(Uniform() * static_cast<double>(candidates.size())) %
+                       candidates.size()];
+  Note(absl::StrCat(agents_[*leader_]->node_id, " leads the rendezvous"));
+  StartServer();
+  // Members whose node key went while no one led.
+  for (auto& agent : agents_) {
+    if (leases_.contains(agent->uid)) continue;
+    ServerStep([this, uid = agent->uid] {
+      DropFromEtcd(uid, "lost: its etcd lease ended while no agent led the rendezvous");
+    });
+  }
+  for (int uid : std::exchange(unled_joins_, {})) {
+    if (Find(uid)->alive) Find(uid)->join_replay();
+  }
+  // The watches of etcd now hear from this leader.
+  for (auto& agent : agents_) {
+    if (agent->alive && agent->watch_attach) agent->watch_attach();
+  }
+  ServerMayResume();
+}
+
+void World::EtcdAway(Duration length) {
+  etcd_down_ = true;
+  Note("etcd is away");
+  for (auto& [host, link] : links_) {
+    (void)link;
+    BreakConnection(host, !LinkDown(host));
+  }
+  At(Now() + length, [this] {
+    etcd_down_ = false;
+    Note("etcd is back");
+    // A new etcd leader renews every lease for a whole TTL.
+    for (auto& [uid, lease] : leases_) {
+      lease.until = Now() + shape_.heartbeat_timeout;
+      lease.kept = Now();
+    }
+    ServerMayResume();
+  });
+}
+
+void World::ServerMayResume() {
+  if (!ServerUp() || ServerStopped()) return;
+  for (auto& serve : std::exchange(server_inbox_, {})) serve();
+  for (auto& send : std::exchange(waiting_for_server_, {})) send();
+  ArmServerTimer();
+}
+
+absl::StatusOr<int64_t> World::EtcdHeartbeat(int uid, const rdzv::HeartbeatRequest& request) {
+  // The backend's keeper finds its lease gone (rendezvous/etcd/backend.cc).
+  if (LeaseOf(uid, false) == 0) {
+    return absl::NotFoundError(absl::StrCat("node ", request.node_id(), " ", rdzv::kDroppedFromJob,
+                                            " '", kJob, "': its etcd lease ended"));
+  }
+  return EtcdOutbox(request);
+}
+
+absl::StatusOr<int64_t> World::EtcdOutbox(const rdzv::HeartbeatRequest& request) {
+  const rdzv::NodeKey key{request.job_id(), request.node_id()};
+  if (ServerUp() && !ServerStopped()) return hub_->Heartbeat(request);
+  // What the journal says is what the last leader wrote.
+  rdzv::StateOptions options;
+  options.journal = true;
+  options.external_liveness = true;
+  options.ride_out_outages = true;
+  rdzv::RendezvousState written(options);
+  for (const JournalRecord& record :
+       journal_ ? journal_->records() : std::vector<JournalRecord>{}) {
+    written.Restore(record, Now()).IgnoreError();
+  }
+  return written.Heartbeat(key, request.node_secret(), Now());
+}
+
+rdzv::WatchRequest World::BeginWatch(Agent& agent, const action::OpenWatch& open) {
+  agent.watch_generation = open.generation;
+  agent.watch_open = true;
+  auto request = Addressed<rdzv::WatchRequest>(agent.node_id, agent.secret);
+  request.set_known_round(open.known_round);
+  return request;
+}
+
+void World::OpenEtcdWatch(Agent& agent, const action::OpenWatch& open) {
+  const rdzv::WatchRequest request = BeginWatch(agent, open);
+  const int uid = agent.uid;
+  const int host = agent.host;
+  const uint64_t generation = open.generation;
+  // In order, to the agent, over whatever connection it has then.
+  auto send = [this, uid, host](std::function<void(Agent&)> deliver) {
+    Agent* a = Find(uid);
+    const Time at = std::max(Now() + Delay(), a->stream_at);
+    a->stream_at = at;
+    At(at, [this, uid, host, deliver] {
+      CarryAt(host, LinkOf(host).epoch, Now(),
+              [this, uid, deliver] { Post(uid, [this, uid, deliver] { deliver(*Find(uid)); }); });
+    });
+  };
+  auto end = [this, send, generation](absl::Status status) {
+    send([this, generation, status](Agent& a) {
+      if (a.watch_generation != generation) return;
+      a.watch_open = false;
+      a.watch_attach = nullptr;
+      a.watch_end = nullptr;
+      Do(a, a.state.OnRdzv(rdzv_event::WatchEnded{generation, status}, Now()));
+    });
+  };
+  Carry(host, [this, uid, request, generation, send, end] {
+    if (etcd_down_) {
+      end(absl::UnavailableError("etcd does not answer"));
+      return;
+    }
+    // etcd reads the outbox at once; the leader's events follow.
+    rdzv::HeartbeatRequest read =
+        Addressed<rdzv::HeartbeatRequest>(request.node_id(), request.node_secret());
+    absl::StatusOr<int64_t> round = EtcdOutbox(read);
+    if (!round.ok()) {
+      end(round.status());
+      return;
+    }
+    rdzv::WatchEvent started;
+    started.mutable_watch_started()->set_round(*round);
+    send([this, generation, started](Agent& a) {
+      Do(a, a.state.OnRdzv(rdzv_event::Pushed{generation, started}, Now()));
+    });
+    Agent* a = Find(uid);
+    if (a->watch_generation != generation) return;
+    a->watch_end = end;
+    a->watch_attach = [this, uid, request, generation, send, end] {
+      const int server_generation = server_generation_;
+      rdzv::RendezvousHub::Watcher watcher;
+      watcher.on_event = [this, send, generation, server_generation](const rdzv::WatchEvent& e) {
+        if (dropping_ || server_generation != server_generation_ || e.has_watch_started()) return;
+        send([this, generation, e](Agent& b) {
+          if (e.has_job_closed() && !b.told_closed) b.told_closed = e.job_closed();
+          Do(b, b.state.OnRdzv(rdzv_event::Pushed{generation, e}, Now()));
+        });
+      };
+      // Its outbox deleted (dropped, or the job's keys gone): the watch ends.
+      watcher.on_end = [this, end, server_generation](absl::Status status) {
+        if (dropping_ || server_generation != server_generation_ || absl::IsCancelled(status) ||
+            absl::IsAborted(status)) {
+          return;
+        }
+        end(status);
+      };
+      ServerStep([this, uid, request, watcher = std::move(watcher)]() mutable {
+        const uint64_t ticket = hub_->NewTicket();
+        Find(uid)->watch_ticket = ticket;
+        hub_->Watch(request, ticket, std::move(watcher));
+      });
+    };
+    if (ServerUp()) a->watch_attach();
+  });
 }
 
 // ---- The network ----
@@ -744,6 +1059,7 @@ void World::BreakConnection(int host, bool client_now) {
 }
 
 void World::ServerForgetsAgent(Agent& agent) {
+  if (Etcd()) return;  // a node's join and watch are of etcd, not of a connection
   const uint64_t watch = std::exchange(agent.watch_ticket, 0);
   const uint64_t join = std::exchange(agent.join_ticket, 0);
   if (!ServerUp() || (watch == 0 && join == 0)) return;
@@ -758,7 +1074,8 @@ void World::ClientLearnsBreak(Agent& agent) {
   LinkOf(agent.host).client_knows_down = LinkDown(agent.host);
   std::map<uint64_t, std::function<void(absl::Status)>> calls = std::exchange(agent.calls, {});
   for (auto& [id, fail] : calls) fail(absl::UnavailableError("connection reset"));
-  if (agent.watch_open) {
+  // The etcd backend watches again by itself; its watch goes on.
+  if (agent.watch_open && !Etcd()) {
     agent.watch_open = false;
     Post(agent.uid, [this, uid = agent.uid, generation = agent.watch_generation] {
       Agent* a = Find(uid);
@@ -771,9 +1088,16 @@ void World::ClientLearnsBreak(Agent& agent) {
 
 // ---- The rendezvous ----
 
-bool World::ServerUp() const { return hub_ != nullptr && !server_down_; }
+bool World::ServerUp() const { return hub_ != nullptr && !server_down_ && !etcd_down_; }
 
 bool World::ServerStopped() const {
+  if (Etcd()) {
+    // The leader's process does not run, or does not reach etcd: nothing
+    // comes in, nothing is written.
+    if (!leader_) return false;
+    const Agent& leader = *agents_[*leader_];
+    return !leader.alive || leader.stopped || LinkDown(leader.host);
+  }
   if (shape_.backend != Backend::kHost || agents_.empty()) return false;
   return agents_[0]->stopped;
 }
@@ -824,7 +1148,8 @@ void World::Serve(int host, std::function<void()> serve) {
   ServerStep([this, host, epoch, serve = std::move(serve)] {
     // Held while the server's process was stopped: a request whose
     // connection broke meanwhile is read, then cancelled: as never served.
-    if (host == ServerHost() || LinkOf(host).epoch == epoch) serve();
+    // In etcd it is a key, read by whichever leader comes.
+    if (host == ServerHost() || LinkOf(host).epoch == epoch || Etcd()) serve();
   });
 }
 
@@ -885,7 +1210,7 @@ void World::CheckJournal() {
 template <typename R>
 void World::Call(Agent& agent, Duration timeout, bool wait_for_ready,
                  std::function<void(std::function<void(R)>)> serve,
-                 std::function<void(Agent&, R)> done) {
+                 std::function<void(Agent&, R)> done, By by, std::function<void()> Agent::*replay) {
   const uint64_t id = ++next_call_;
   const int uid = agent.uid;
   const int host = agent.host;
@@ -906,25 +1231,41 @@ void World::Call(Agent& agent, Duration timeout, bool wait_for_ready,
        [finish] { finish(R(absl::UnavailableError("no connection"))); });
     return;
   }
-  // The server serves the call; its answer goes back on the connection.
-  auto served = [this, host, serve, finish] {
-    const int generation = server_generation_;
-    Serve(host, [this, host, serve, finish, generation] {
+  // The server serves the call; its answer goes back on the connection,
+  // unless the server that served it is gone by then.
+  // `lease`: the etcd lease the request's key was written under.
+  auto served = [this, uid, host, serve, finish](int64_t lease) {
+    Serve(host, [this, uid, host, serve, finish, lease] {
+      // A key under a lease that ended is gone: no leader reads it.
+      if (Etcd() && (lease == 0 || LeaseOf(uid, false) != lease)) return;
+      const int generation = server_generation_;
       serve([this, host, finish, generation](R result) {
         if (dropping_ || generation != server_generation_) return;
         Carry(host, [finish, result = std::move(result)] { finish(result); });
       });
     });
   };
-  auto arrive = [this, host, served, finish, wait_for_ready] {
+  auto arrive = [this, uid, host, served, serve, finish, wait_for_ready, by, replay] {
+    const int64_t lease = Etcd() ? LeaseOf(uid, by == By::kRendezvous) : 0;
+    if (replay != nullptr) Find(uid)->*replay = [served, lease] { served(lease); };
+    if (by == By::kEtcd) {
+      if (etcd_down_) {
+        Carry(host, [finish] { finish(R(absl::UnavailableError("etcd does not answer"))); });
+        return;
+      }
+      serve([this, host, finish](R result) {
+        Carry(host, [finish, result = std::move(result)] { finish(result); });
+      });
+      return;
+    }
     if (ServerUp()) {
-      served();
+      served(lease);
     } else if (wait_for_ready) {
       // Connection refused: a call that waits for the server is sent once
       // it is up (until its deadline).
-      waiting_for_server_.push_back([this, host, served] {
-        Carry(host, [this, served] {
-          if (ServerUp()) served();
+      waiting_for_server_.push_back([this, host, served, lease] {
+        Carry(host, [this, served, lease] {
+          if (ServerUp()) served(lease);
         });
       });
     } else {
@@ -932,7 +1273,10 @@ void World::Call(Agent& agent, Duration timeout, bool wait_for_ready,
     }
   };
   Carry(host, arrive);
-  if (host != ServerHost() && Uniform() < schedule_.network.duplicate) Carry(host, arrive);
+  // A key written twice in etcd is one key (the leader reads a join's seq once).
+  if (host != ServerHost() && Uniform() < schedule_.network.duplicate && !Etcd()) {
+    Carry(host, arrive);
+  }
   if (host != ServerHost() && Uniform() < schedule_.network.loss) {
     // The connection resets under the call, which the server may or may not
     // have served: both ends see it, and every call and watch on it ends.
@@ -1033,13 +1377,14 @@ void World::Perform(Agent& agent, const action::SendHeartbeat& beat) {
   auto request = Addressed<rdzv::HeartbeatRequest>(agent.node_id, agent.secret);
   Call<absl::StatusOr<int64_t>>(
       agent, kRpcTimeout, false,
-      [this, request](std::function<void(absl::StatusOr<int64_t>)> reply) {
-        reply(hub_->Heartbeat(request));
+      [this, request, uid = agent.uid](std::function<void(absl::StatusOr<int64_t>)> reply) {
+        reply(Etcd() ? EtcdHeartbeat(uid, request) : hub_->Heartbeat(request));
       },
       [this, seq = beat.seq](Agent& a, absl::StatusOr<int64_t> round) {
         NoteClosed(a, round.status());
         Do(a, a.state.OnRdzv(rdzv_event::HeartbeatAnswered{std::move(round), seq}, Now()));
-      });
+      },
+      Etcd() ? By::kEtcd : By::kRendezvous);
 }
 
 void World::Perform(Agent& agent, const action::QueryStatus&) {
@@ -1070,9 +1415,7 @@ void World::Unmodelled(Agent& agent) {
 void World::NoteClosed(Agent& agent, const absl::Status& status) {
   // A refused call says how the job closed (rdzv::ClosedJob).
   if (!absl::IsFailedPrecondition(status) || agent.told_closed) return;
-  const absl::string_view message = status.message();
-  const size_t marker = message.find(rdzv::kJobSucceeded);
-  if (marker != absl::string_view::npos && marker < message.find(" (")) {
+  if (rdzv::ClosedJobSucceeded(status.message())) {
     rdzv::JobClosed closed;
     closed.set_succeeded(true);
     agent.told_closed = closed;
@@ -1104,6 +1447,9 @@ void World::SendJoin(Agent& agent, const action::Join& join) {
   request.set_protocol_version(rdzv::kProtocolVersion);
   const int uid = agent.uid;
   const uint64_t call = ++agent.joins_sent;
+  // Joining again after its workers succeeded: the job moved on as they
+  // finished (a spare joined first), and what they did is superseded.
+  agent.succeeded_round = -1;
   // At its deadline the agent cancels the call: the server hears of it
   // after the request (RST_STREAM), and cancels the join if still pending.
   At(Now() + join.timeout + kJoinSlack, [this, uid, call] {
@@ -1123,22 +1469,27 @@ void World::SendJoin(Agent& agent, const action::Join& join) {
         const uint64_t ticket = hub_->NewTicket();
         Find(uid)->join_ticket = ticket;
         Find(uid)->join_at_server = call;
-        hub_->Join(
-            request, absl::StrCat("10.0.0.", Find(uid)->host + 1), ticket,
-            [reply](absl::StatusOr<Assignment> assignment) { reply(std::move(assignment)); });
+        hub_->Join(request, absl::StrCat("10.0.0.", Find(uid)->host + 1), ticket,
+                   [this, uid, ticket, reply](absl::StatusOr<Assignment> assignment) {
+                     // Answered: no longer pending there.
+                     if (Find(uid)->join_ticket == ticket) Find(uid)->join_ticket = 0;
+                     reply(std::move(assignment));
+                   });
       },
       [this](Agent& a, absl::StatusOr<Assignment> assignment) {
         if (assignment.ok()) a.secret = assignment->node_secret();
         NoteClosed(a, assignment.status());
         Do(a, a.state.OnRdzv(rdzv_event::Joined{std::move(assignment)}, Now()));
-      });
+      },
+      By::kRendezvous, &Agent::join_replay);
 }
 
 void World::OpenWatch(Agent& agent, const action::OpenWatch& open) {
-  agent.watch_generation = open.generation;
-  agent.watch_open = true;
-  auto request = Addressed<rdzv::WatchRequest>(agent.node_id, agent.secret);
-  request.set_known_round(open.known_round);
+  if (Etcd()) {
+    OpenEtcdWatch(agent, open);
+    return;
+  }
+  const rdzv::WatchRequest request = BeginWatch(agent, open);
   const int uid = agent.uid;
   const int host = agent.host;
   const uint64_t generation = open.generation;
@@ -1333,6 +1684,12 @@ void World::AgentExits(Agent& agent, const action::Exit& exit) {
   // The process ends: its connections close after what it sent.
   agent.alive = false;
   const int host = agent.host;
+  // The etcd backend revokes its lease as it shuts down: a leader hands over at once.
+  if (Etcd() && leases_.contains(agent.uid) && !LinkDown(host) && !etcd_down_) {
+    At(Now() + absl::Milliseconds(20), [this, uid = agent.uid] {
+      if (leases_.contains(uid)) LeaseEnds(*Find(uid));
+    });
+  }
   if (shape_.backend == Backend::kHost && host == 0) {
     At(Now() + absl::Milliseconds(20), [this] { HostedServerDies(); });
     return;
@@ -1483,26 +1840,23 @@ Duration World::LivenessBound() const {
 }
 
 bool World::RoundCutOff(int64_t round) const {
-  if (shape_.backend != Backend::kMusterd) return false;
+  if (shape_.backend == Backend::kHost) return false;
+  // Alone, a node cut off learns from its peers (or from their silence)
+  // that it must stop; only two or more may tell each other "same round".
+  int runners = 0;
   for (const auto& agent : agents_) {
-    const bool running = agent->alive && std::any_of(agent->workers.begin(), agent->workers.end(),
-                                                     [round](const Worker& w) {
-                                                       return w.alive && w.round == round;
-                                                     });
-    if (running && !LinkDown(agent->host)) return false;
+    if (!agent->RunsRound(round)) continue;
+    if (!LinkDown(agent->host)) return false;
+    ++runners;
   }
-  return true;
+  return runners >= 2;
 }
 
 void World::CheckSplitBrain() {
   for (auto it = overlap_since_.begin(); it != overlap_since_.end();) {
     const auto [uid, round] = it->first;
     Agent* agent = Find(uid);
-    const bool running = agent->alive && std::any_of(agent->workers.begin(), agent->workers.end(),
-                                                     [r = round](const Worker& w) {
-                                                       return w.alive && w.round == r;
-                                                     });
-    if (!running) {
+    if (!agent->RunsRound(round)) {
       overlap_stopped_at_.erase(it->first);
       it = overlap_since_.erase(it);
       continue;
@@ -1547,6 +1901,7 @@ void World::CheckEnd() {
 
 Outcome World::Run() {
   if (shape_.backend == Backend::kMusterd) StartServer();
+  if (Etcd()) At(kEpoch + kLeaseTick, [this] { TickLeases(); });
   for (int host = 0; host < shape_.nodes; ++host) {
     if (shape_.backend == Backend::kHost && host == 0) {
       StartServer();
@@ -1618,8 +1973,9 @@ std::string Describe(const Fault& fault) {
       return absl::StrCat(at, ": route of host ", fault.host, " to the rendezvous cut for ",
                           length);
     case FaultKind::kServerCrash:
-      return absl::StrCat(at, ": musterd crashes (", static_cast<int>(fault.torn * 100),
-                          "% of its last write kept), back after ", length);
+      return absl::StrCat(
+          at, ": the rendezvous server crashes (musterd: ", static_cast<int>(fault.torn * 100),
+          "% of its last write kept; etcd: the whole cluster), back after ", length);
   }
   return at;
 }
@@ -1629,11 +1985,15 @@ std::string Describe(const Schedule& schedule) {
   std::string text = absl::StrFormat(
       "seed %d: %s, %d node(s) x %d, --nnodes %d:%d, --max-restarts %d, heartbeat %.0f s, join "
       "%.0f s, last call %.1f s, grace %.1f s, work %.0f s; loss %.3f, duplicates %.3f, slow %.3f",
-      schedule.seed, s.backend == Backend::kMusterd ? "musterd" : "host mode", s.nodes, s.nproc,
-      s.min_nodes, s.max_nodes, s.max_restarts, absl::ToDoubleSeconds(s.heartbeat_timeout),
-      absl::ToDoubleSeconds(s.join_timeout), absl::ToDoubleSeconds(s.last_call_timeout),
-      absl::ToDoubleSeconds(s.shutdown_grace), absl::ToDoubleSeconds(s.work), schedule.network.loss,
-      schedule.network.duplicate, schedule.network.slow);
+      schedule.seed,
+      s.backend == Backend::kMusterd ? "musterd"
+      : s.backend == Backend::kEtcd  ? "etcd"
+                                     : "host mode",
+      s.nodes, s.nproc, s.min_nodes, s.max_nodes, s.max_restarts,
+      absl::ToDoubleSeconds(s.heartbeat_timeout), absl::ToDoubleSeconds(s.join_timeout),
+      absl::ToDoubleSeconds(s.last_call_timeout), absl::ToDoubleSeconds(s.shutdown_grace),
+      absl::ToDoubleSeconds(s.work), schedule.network.loss, schedule.network.duplicate,
+      schedule.network.slow);
   for (const Fault& fault : schedule.faults) absl::StrAppend(&text, "\n  ", Describe(fault));
   return text;
 }
@@ -1698,6 +2058,11 @@ Schedule DrawSchedule(uint64_t seed) {
   }
   std::sort(schedule.faults.begin(), schedule.faults.end(),
             [](const Fault& a, const Fault& b) { return a.at < b.at; });
+  // Two in five of the schedules with a rendezvous apart run on etcd, from
+  // a draw of their own: what the other draws give is as it was.
+  if (s.backend == Backend::kMusterd && std::mt19937_64(seed ^ 0xE7CDE7CDE7CDE7CDULL)() % 5 < 2) {
+    s.backend = Backend::kEtcd;
+  }
   return schedule;
 }
 

@@ -1,6 +1,7 @@
 // A deterministic simulation of a muster job: the real rendezvous (a
-// RendezvousHub over RendezvousState, as musterd with its journal, or as
-// the node that hosts it) and N agents running the real elastic rules
+// RendezvousHub over RendezvousState, as musterd with its journal, as the
+// node that hosts it, or as the etcd backend's elected leader) and N
+// agents running the real elastic rules
 // (ElasticState), with fake workers, a simulated clock and a simulated
 // network that loses, delays, duplicates and reorders messages and cuts
 // hosts off. Faults come from one seed: worker failures, agents killed,
@@ -27,6 +28,15 @@ namespace muster::sim {
 enum class Backend {
   kMusterd,  // musterd with --state-dir, on a host of its own
   kHost,     // in the agent of host 0 (host mode), no journal
+  // --rdzv-backend etcd: etcd on a host of its own, the rules in the agent
+  // elected leader (its state in etcd: the journal, never torn), each
+  // node alive while its lease is (kept alive while its agent runs and
+  // reaches etcd, for heartbeat_timeout after). A leader whose lease ends
+  // hands over to another agent, which restores the state. Heartbeats read
+  // what the leader wrote; a watch is of etcd, and outlives a leader.
+  // Not modelled: the outbox and inbox keys themselves (a leader that
+  // answered but did not write), and etcd's members one by one.
+  kEtcd,
 };
 
 // The job: its command line, and how long its training takes.
@@ -55,7 +65,9 @@ enum class FaultKind {
   kSpareJoins,    // a new agent starts on a new host
   kLinkCut,       // the host's link is down for `length`
   kRdzvCut,       // only its route to the rendezvous' host is, for `length`: its peers reach it
-  kServerCrash,   // musterd dies (mid-write: `torn` of its last write kept), back after `length`
+  // musterd dies (mid-write: `torn` of its last write kept), back after
+  // `length`; with etcd, the whole cluster is away for `length`
+  kServerCrash,
 };
 
 struct Fault {

@@ -11,6 +11,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 // Two nodes on musterd, nothing going wrong.
 Schedule Calm(Backend backend = Backend::kMusterd) {
@@ -45,7 +46,7 @@ std::string Lines(const Outcome& outcome) {
 }
 
 TEST(SimulationTest, CalmJobSucceeds) {
-  for (Backend backend : {Backend::kMusterd, Backend::kHost}) {
+  for (Backend backend : {Backend::kMusterd, Backend::kHost, Backend::kEtcd}) {
     const Outcome outcome = Simulate(Calm(backend), Traced());
     EXPECT_THAT(outcome.violations, IsEmpty()) << Lines(outcome);
     EXPECT_THAT(outcome.ending, HasSubstr("succeeded")) << Lines(outcome);
@@ -78,15 +79,47 @@ TEST(SimulationTest, MusterdRestartKeepsTheJob) {
   EXPECT_THAT(outcome.ending, HasSubstr("succeeded")) << Lines(outcome);
 }
 
-// Check the checker: a journal that keeps no restart count is caught.
+// Check the checker: a journal that keeps no restart count is caught,
+// whether musterd restarts or another etcd leader takes over.
 TEST(SimulationTest, CatchesARestartCountNotJournaled) {
-  Schedule schedule = Calm();
-  schedule.faults.push_back(At(3, FaultKind::kWorkerFails, 0));
-  schedule.faults.push_back(At(8, FaultKind::kServerCrash, 0, 4));
-  const Outcome sound = Simulate(schedule);
-  EXPECT_THAT(sound.violations, IsEmpty());
-  const Outcome broken = Simulate(schedule, Traced(Breakage::kRestartCountNotJournaled));
-  EXPECT_THAT(Lines(broken), HasSubstr("restored from the journal differs")) << Lines(broken);
+  for (Backend backend : {Backend::kMusterd, Backend::kEtcd}) {
+    Schedule schedule = Calm(backend);
+    schedule.faults.push_back(At(3, FaultKind::kWorkerFails, 0));
+    schedule.faults.push_back(
+        At(8, backend == Backend::kEtcd ? FaultKind::kAgentKilled : FaultKind::kServerCrash, 0, 4));
+    const Outcome sound = Simulate(schedule);
+    EXPECT_THAT(sound.violations, IsEmpty());
+    const Outcome broken = Simulate(schedule, Traced(Breakage::kRestartCountNotJournaled));
+    EXPECT_THAT(Lines(broken), HasSubstr("restored from the journal differs")) << Lines(broken);
+  }
+}
+
+// The agent that leads is killed (one of the two kills hits it, whichever
+// leads): once its lease ends another takes over from the state in etcd,
+// drops it, and the job goes on; restarted, it joins again.
+TEST(SimulationTest, AnEtcdLeaderLostHandsTheJobOver) {
+  Schedule schedule = Calm(Backend::kEtcd);
+  schedule.faults.push_back(At(3, FaultKind::kWorkerFails, 1));
+  schedule.faults.push_back(At(6, FaultKind::kAgentKilled, 0, 2));
+  schedule.faults.push_back(At(25, FaultKind::kAgentKilled, 1, 2));
+  const Outcome outcome = Simulate(schedule, Traced());
+  EXPECT_THAT(outcome.violations, IsEmpty()) << Lines(outcome);
+  EXPECT_THAT(outcome.ending, HasSubstr("succeeded")) << Lines(outcome);
+  EXPECT_THAT(Lines(outcome), HasSubstr("is gone")) << Lines(outcome);
+  EXPECT_THAT(Lines(outcome), HasSubstr("restarts 1")) << "the restart spent is kept";
+}
+
+// etcd away as a whole: every lease holds, nobody is dropped, the workers
+// ride it out, and no restart is spent.
+TEST(SimulationTest, EtcdAwayKeepsTheJob) {
+  Schedule schedule = Calm(Backend::kEtcd);
+  schedule.faults.push_back(At(4, FaultKind::kServerCrash, 0, 6));
+  const Outcome outcome = Simulate(schedule, Traced());
+  EXPECT_THAT(outcome.violations, IsEmpty()) << Lines(outcome);
+  EXPECT_THAT(outcome.ending, HasSubstr("succeeded")) << Lines(outcome);
+  EXPECT_THAT(Lines(outcome), HasSubstr("etcd is back")) << Lines(outcome);
+  EXPECT_THAT(Lines(outcome), Not(HasSubstr("lease of"))) << Lines(outcome);
+  EXPECT_THAT(Lines(outcome), Not(HasSubstr("starts round 1"))) << Lines(outcome);
 }
 
 }  // namespace
