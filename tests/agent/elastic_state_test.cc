@@ -1226,6 +1226,16 @@ ElasticOptions AskingPeers() {
 }
 
 class PeersTest : public ElasticStateTest {
+ public:
+  static PeerAnswer Peer(const std::string& node, int64_t round, bool reaches) {
+    PeerAnswer answer;
+    answer.node = node;
+    answer.answered = true;
+    answer.round = round;
+    answer.reaches_rendezvous = reaches;
+    return answer;
+  }
+
  protected:
   PeersTest() : ElasticStateTest(AskingPeers()) { ride_out_ = true; }
 
@@ -1237,14 +1247,6 @@ class PeersTest : public ElasticStateTest {
     state_.OnRdzv(rdzv_event::WatchEnded{1, kDown}, At(1'000));
     ASSERT_EQ(state_.NextDeadline(), At(1'000));
     EXPECT_THAT(Names(state_.OnTimer(At(1'000))), Contains("AskPeers 0"));
-  }
-  static PeerAnswer Peer(const std::string& node, int64_t round, bool reaches) {
-    PeerAnswer answer;
-    answer.node = node;
-    answer.answered = true;
-    answer.round = round;
-    answer.reaches_rendezvous = reaches;
-    return answer;
   }
   static PeerAnswer Silent(const std::string& node) {
     PeerAnswer answer;
@@ -1394,12 +1396,8 @@ TEST_F(WatchOutlivesOutagesTest, AnUnansweredHeartbeatWhileTheWatchIsOpenAsksThe
   Actions unanswered = state_.OnRdzv(Beat(kDown), At(6'000));
   EXPECT_THAT(Logs(unanswered), Contains(HasSubstr("does not answer")));
   EXPECT_THAT(Names(state_.OnTimer(At(6'000))), Contains("AskPeers 0"));
-  PeerAnswer moved_on;
-  moved_on.node = "b";
-  moved_on.answered = true;
-  moved_on.round = 1;
-  moved_on.reaches_rendezvous = true;
-  EXPECT_THAT(Names(state_.OnPeersAnswered(0, {moved_on}, At(7'000))), ElementsAre("Signal TERM"));
+  EXPECT_THAT(Names(state_.OnPeersAnswered(0, {PeersTest::Peer("b", 1, true)}, At(7'000))),
+              ElementsAre("Signal TERM"));
   EXPECT_EQ(state_.after_stop(), AfterStop::kRejoin);
 }
 
