@@ -100,6 +100,7 @@ ElasticOptions ElasticOptionsFor(const AgentOptions& options, const rdzv::Rendez
   elastic.script = config.script;
   elastic.rdzv_target = client.target();
   elastic.hosts_rendezvous = options.hosts_rendezvous;
+  elastic.stays_until_closed = options.stays_until_closed;
   elastic.join_timeout = absl::FromChrono(config.rdzv_conf.join_timeout);
   elastic.keep_alive_interval = absl::FromChrono(config.rdzv_conf.keep_alive_interval);
   elastic.keep_alive_max_attempt = config.rdzv_conf.keep_alive_max_attempt;

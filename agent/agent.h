@@ -32,6 +32,9 @@ struct AgentOptions {
   std::string host;               // this node's name, for reports and ranks
   std::string advertised_addr;    // "" = the address the rendezvous server sees
   bool hosts_rendezvous = false;  // the server runs in this process: stay until the job closes
+  // A member of the job's own etcd cluster may run in this process (ha=1):
+  // having finished, stay until the job closes (ElasticOptions).
+  bool stays_until_closed = false;
   // Static backend: ranks and master come from the command line, not the round.
   bool static_ranks = false;
   // KEY=VALUE: the environment each worker's starts from (the agent's own, in muster).

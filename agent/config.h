@@ -56,6 +56,10 @@ struct RdzvConf {
   int keep_alive_max_attempt = 3;
   std::chrono::milliseconds read_timeout{60'000};
   std::optional<bool> is_host;
+  // ha=1: host mode keeps the job's rendezvous on an etcd cluster of the
+  // job's own nodes (launcher/etcd_member.h), so the job outlives the node
+  // that hosts it. Every node of the job gives the same. Unset: off.
+  std::optional<bool> ha;
   // The job's shared token file (rendezvous/auth/token.h): token_file=, else
   // MUSTER_TOKEN_FILE. Empty: no authentication.
   std::string token_file;

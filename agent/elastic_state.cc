@@ -591,7 +591,7 @@ void ElasticState::OnDoneReported(const absl::Status& status, absl::Time now, Ac
   if (status.ok()) {
     NoteReachable(now, out);
     // A host stays until the job closes: the other nodes still need it.
-    if (!options_.hosts_rendezvous) Finish(kExitSuccess, out);
+    if (!StaysUntilClosed()) Finish(kExitSuccess, out);
   } else if (absl::IsAborted(status)) {
     Log(out, Level::kInfo,
         absl::StrCat("the job moved on while this node finished: ", status.message()));

@@ -29,6 +29,11 @@ struct ElasticOptions {
   std::string script;             // for the failure report's title
   std::string rdzv_target;        // where the rendezvous is, for messages
   bool hosts_rendezvous = false;  // the server runs in this process: stay until the job closes
+  // Part of the rendezvous runs in this process (a member of host mode's
+  // own etcd cluster, ha=1): a node that finished stays until the job
+  // closes, as a host does; all else is as for any other node (excluded,
+  // it leaves: its member leaves the cluster with it).
+  bool stays_until_closed = false;
   absl::Duration join_timeout = absl::Minutes(10);
   absl::Duration keep_alive_interval = absl::Seconds(5);
   int keep_alive_max_attempt = 3;
@@ -321,6 +326,7 @@ class ElasticState {
   // from the job's nodes (the assignment says so), and this node is not
   // the one that hosts it.
   bool RidesOut() const { return ride_out_ && !options_.hosts_rendezvous; }
+  bool StaysUntilClosed() const { return options_.hosts_rendezvous || options_.stays_until_closed; }
   // A call to the rendezvous went unanswered (`status`): says so, and what
   // this node does meanwhile, once per outage.
   void NoteUnreachable(const absl::Status& status, absl::Time now, Actions* out);

@@ -2,7 +2,7 @@
 """Multi-node figures on loopback: muster against torchrun's c10d, same run.
 
   bench/multinode.py [--muster PATH] [--agents 16] [--skip-torchrun]
-                     [--backend muster|etcd|both]
+                     [--backend muster|etcd|both|ha]
 
 Restart latency: two agents (--nnodes 2, one worker each, --max-restarts 1);
 rank 1 exits 1 once; the time from that exit until every worker of the next
@@ -20,6 +20,11 @@ agent is started until every worker has started.
           --rdzv-conf is_host=0), the same musterd with --state-dir (it syncs
           its journal, as etcd syncs its log), and the hosting agent.
   both    all of them.
+  ha      the hosting agent as it is and with --rdzv-conf ha=1 (the job's
+          rendezvous on an etcd cluster of its own agents: the hosting one
+          starts its first member, the others offer theirs), in the same
+          run, and what ha=1 adds (issue 36: at most 1 s at start with 16
+          agents, at most 50 ms to a restart).
 The etcd cluster and the musterds serve every run of the bench, each run a
 job of its own (--rdzv-id); they are up before the timed part starts.
 """
@@ -290,6 +295,95 @@ def run_served(args, endpoints):
           f"{args.runs})", start, 0, 1000 if args.agents == 16 else None)
 
 
+def failover(muster, heartbeat_timeout, log_dir=None):
+    """ha=1, three agents (--nnodes 2:3): once the job's etcd has its three
+    members, the hosting agent is killed (SIGKILL: its workers and its
+    member die with it); the time until both other agents' workers run
+    again, in seconds."""
+    conf = f"ha=1,heartbeat_timeout={heartbeat_timeout},keep_alive_interval=0.5"
+    with tempfile.TemporaryDirectory(prefix="muster-bench-") as d, reserved_port() as port:
+        env = dict(os.environ, FAIL="0", SLEEP="60", OMP_NUM_THREADS="1")
+        commands = [agent_command("muster", muster, "2:3", port, "failover", 0, d, None, conf)
+                    for _ in range(3)]
+        logs = [os.path.join(log_dir or d, f"failover.{i}.log") for i in range(3)]
+        procs = []
+        try:
+            for command, log in zip(commands, logs):
+                with open(log, "wb") as err:
+                    procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                                  stderr=err, stdin=subprocess.DEVNULL))
+
+            def read(i):
+                with open(logs[i], errors="replace") as f:
+                    return f.read()
+
+            deadline = time.monotonic() + 60
+            # Three workers, and two learners promoted (the leader says so).
+            while (len(stamps(d, "start.*")) < 3 or
+                   sum(read(i).count("is a voter") for i in range(3)) < 2):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    sys.exit("ha=1: the job or its etcd did not form:\n" +
+                             "\n".join(read(i)[-3000:] for i in range(3)))
+                time.sleep(0.05)
+            host = next(i for i in range(3) if "hosting the rendezvous" in read(i))
+            killed = time.time_ns()
+            procs[host].kill()
+            procs[host].wait()
+            deadline = time.monotonic() + 60
+            while len([ns for ns in stamps(d, "start.*").values() if ns > killed]) < 2:
+                if time.monotonic() > deadline:
+                    sys.exit("ha=1: the others did not train again:\n" +
+                             "\n".join(read(i)[-3000:] for i in range(3) if i != host))
+                time.sleep(0.02)
+            again = sorted(ns for ns in stamps(d, "start.*").values() if ns > killed)
+            return (again[1] - killed) / 1e9
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def run_ha(args):
+    """The hosting agent without and with ha=1, runs interleaved."""
+    rows = [("", "muster, an agent hosts c10d"), ("ha=1", "muster, ha=1 (the job's own etcd)")]
+    restart = {conf: [] for conf, _ in rows}
+    start = {conf: [] for conf, _ in rows}
+    for _ in range(args.runs):
+        for conf, _ in rows:
+            restart[conf].append(restart_run("muster", args.muster, conf=conf)[0])
+    for _ in range(args.runs):
+        for conf, _ in rows:
+            start[conf].append(startup("muster", args.muster, args.agents, conf=conf))
+
+    def table(title, runs, digits, goal_ms):
+        print(title)
+        for conf, label in rows:
+            print(f"  {label:36s}{median(runs[conf]):8.{digits}f} ms  ({spread(runs[conf], digits)};"
+                  f" all: {', '.join(f'{r:.{digits}f}' for r in runs[conf])})")
+        added = median(runs["ha=1"]) - median(runs[""])
+        ratio = median(runs["ha=1"]) / median(runs[""])
+        print(f"  ha=1 adds {added:.{digits}f} ms (ratio {ratio:.2f}x); goal at most {goal_ms} ms: "
+              f"{'met' if added <= goal_ms else 'missed'}")
+
+    table(f"restart latency, 2 agents on loopback (median of {args.runs})", restart, 1, 50)
+    table(f"start-up, {args.agents} agents on loopback until every worker runs (median of "
+          f"{args.runs})", start, 0, 1000)
+    for heartbeat_timeout in args.heartbeat_timeouts:
+        runs = [failover(args.muster, heartbeat_timeout) for _ in range(args.runs)]
+        m = median(runs)
+        goal = heartbeat_timeout + 2
+        print(f"hosting agent killed (ha=1, heartbeat_timeout={heartbeat_timeout}) -> the other "
+              f"two train again: {m:.2f} s ({spread(runs, 2)}; all: "
+              f"{', '.join(f'{r:.2f}' for r in runs)}); goal at most {goal} s: "
+              f"{'met' if m <= goal else 'missed'}; without ha=1 the job ends (exit 1)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--muster", default=os.path.join(ROOT, "build", "launcher", "muster"))
@@ -297,10 +391,16 @@ def main():
     parser.add_argument("--agents", type=int, default=16)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--skip-torchrun", action="store_true")
-    parser.add_argument("--backend", choices=["muster", "etcd", "both"], default="muster",
+    parser.add_argument("--heartbeat-timeouts", type=float, nargs="*", default=[3, 10],
+                        help="--backend ha: the heartbeat_timeouts of the failover rows")
+    parser.add_argument("--backend", choices=["muster", "etcd", "both", "ha"], default="muster",
                         help="muster: the hosting agent (and torchrun); etcd: etcd, musterd and "
-                             "the hosting agent; both: all")
+                             "the hosting agent; both: all; ha: the hosting agent with and "
+                             "without ha=1")
     args = parser.parse_args()
+    if args.backend == "ha":
+        run_ha(args)
+        return
 
     if args.backend in ("etcd", "both"):
         with contextlib.ExitStack() as stack:

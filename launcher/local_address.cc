@@ -44,4 +44,27 @@ bool IsLocalAddress(const std::string& host) {
   return false;
 }
 
+std::optional<std::string> SourceAddressTo(const std::string& host) {
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  // Any port: a UDP connect only picks the route.
+  if (getaddrinfo(host.c_str(), "9", &hints, &found) != 0) return std::nullopt;
+  const UniqueAddrInfo resolved(found);
+  for (const addrinfo* a = resolved.get(); a != nullptr; a = a->ai_next) {
+    UniqueFd fd(socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid() || connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) continue;
+    sockaddr_storage own = {};
+    socklen_t length = sizeof own;
+    if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&own), &length) != 0) continue;
+    char text[NI_MAXHOST] = {};
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&own), length, text, sizeof text, nullptr, 0,
+                    NI_NUMERICHOST) == 0) {
+      return std::string(text);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace muster

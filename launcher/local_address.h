@@ -3,6 +3,7 @@
 #ifndef MUSTER_LAUNCHER_LOCAL_ADDRESS_H_
 #define MUSTER_LAUNCHER_LOCAL_ADDRESS_H_
 
+#include <optional>
 #include <string>
 
 namespace muster {
@@ -11,6 +12,11 @@ namespace muster {
 // this machine's interfaces. False when it does not resolve. A name may be
 // looked up in DNS: this can block as long as the resolver does.
 bool IsLocalAddress(const std::string& host);
+
+// This machine's address on the way to `host`: the source address the
+// kernel picks for it (a UDP socket connected there; nothing is sent),
+// numeric. nullopt when `host` does not resolve or no route leads there.
+std::optional<std::string> SourceAddressTo(const std::string& host);
 
 }  // namespace muster
 

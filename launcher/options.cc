@@ -108,6 +108,7 @@ constexpr absl::string_view kTokenFileEnv = "MUSTER_TOKEN_FILE";
 constexpr absl::string_view kRdzvConfKeys =
     "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
     "read_timeout (seconds >= 0), keep_alive_max_attempt (integer >= 1), is_host (1/0/true/false), "
+    "ha (1/0: host mode on an etcd cluster of the job's nodes), "
     "timeout (static and etcd backends: their join timeout), store_type (tcp), "
     "token_file, cacert, cert, key, munge_socket, event_log (paths), auth (none/token/munge), "
     "metrics_port (0..65535), metrics_listen (an IPv4 address), metrics_password_file (a path); "
@@ -141,6 +142,8 @@ constexpr std::array<OptionSpec, kNumKeys> kSpecs = {{
      "seconds: join_timeout (600), last_call_timeout (30),\n"
      "close_timeout (30), heartbeat_timeout (30), read_timeout (60),\n"
      "keep_alive_interval (5); keep_alive_max_attempt (3); is_host (1/0);\n"
+     "ha=1 (c10d, every node): the rendezvous on an etcd cluster of the\n"
+     "job's own nodes, so the job outlives the node that hosts it;\n"
      "timeout: the static and etcd backends' join timeout; store_type=tcp;\n"
      "torchrun's other keys are accepted, unknown ones ignored with a warning;\n"
      "token_file=PATH: the job's shared token (else MUSTER_TOKEN_FILE);\n"
@@ -649,16 +652,16 @@ std::optional<absl::Status> ApplyNumberKey(RdzvConfPass& pass, absl::string_view
   return absl::OkStatus();
 }
 
-// is_host, protocol, auth, store_type; nullopt: none of those.
+// is_host, ha, protocol, auth, store_type; nullopt: none of those.
 std::optional<absl::Status> ApplyChoiceKey(RdzvConfPass& pass, absl::string_view key,
                                            absl::string_view value) {
-  if (key == "is_host") {
-    std::optional<bool> is_host = ToTorchBool(value);
-    if (!is_host) {
+  if (key == "is_host" || key == "ha") {
+    std::optional<bool> on = ToTorchBool(value);
+    if (!on) {
       return pass.Invalid(
           absl::StrCat(key, " needs 1, 0, true, false, yes or no, not ", Shown(value)));
     }
-    pass.conf.is_host = *is_host;
+    (key == "ha" ? pass.conf.ha : pass.conf.is_host) = *on;
   } else if (key == "protocol") {
     const std::string protocol = absl::AsciiStrToLower(value);
     if (protocol != "http" && protocol != "https") {

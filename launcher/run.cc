@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/agent.h"
@@ -29,6 +30,7 @@
 #include "common/open_files.h"
 #include "common/process_env.h"
 #include "common/status.h"
+#include "launcher/etcd_member.h"
 #include "launcher/local_address.h"
 #include "launcher/nproc.h"
 #include "launcher/program.h"
@@ -74,6 +76,11 @@ std::string SelfDirectory() {
 struct Rendezvous {
   std::unique_ptr<rdzv::HostedRendezvous> hosted;  // set when it runs in this process
   std::unique_ptr<rdzv::RendezvousClient> client;
+  // The address no server sees: this node's own, when the rendezvous knows
+  // it (ha=1: the one on the way to the endpoint). Empty: as the server sees.
+  std::string own_address;
+  // A member of the job's own etcd cluster may run in this process (ha=1).
+  bool stays_until_closed = false;
 
   // The hosted rendezvous ends first (HostedRendezvous::Shutdown), then the
   // client; all on the main thread, never in a gRPC callback, and main then
@@ -148,6 +155,166 @@ absl::StatusOr<RdzvCredential> ReadRdzvCredential(const LaunchConfig& config) {
   return out;
 }
 
+// The etcd backend's options, over a client of `options` (`target` names
+// it in messages). Errors are usage errors.
+absl::StatusOr<etcd::EtcdRendezvousOptions> EtcdBackendOptions(const LaunchConfig& config,
+                                                               etcd::EtcdOptions options,
+                                                               std::string target) {
+  // The leader's writes carry a round's answers: they wait longer per member.
+  etcd::EtcdOptions leader_options = options;
+  leader_options.attempt_timeout = absl::Seconds(5);
+  leader_options.call_timeout = absl::Seconds(10);
+  absl::StatusOr<std::unique_ptr<etcd::EtcdClient>> client =
+      etcd::EtcdClient::Create(std::move(options));
+  if (!client.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("etcd: ", client.status().message()));
+  }
+  etcd::EtcdRendezvousOptions out;
+  out.etcd = std::shared_ptr<etcd::EtcdClient>(*std::move(client));
+  out.leader_etcd = std::move(leader_options);
+  out.job_id = config.rdzv_id;
+  out.lease_ttl = absl::FromChrono(config.rdzv_conf.heartbeat_timeout);
+  out.target = std::move(target);
+  return out;
+}
+
+// Turns on the authentication of the job's first etcd member, before any
+// other node reaches it: root, with the job's token as its password. No
+// token: nothing to turn on.
+absl::Status EnableEtcdAuth(const std::string& member, const std::string& token) {
+  if (token.empty()) return absl::OkStatus();
+  etcd::EtcdOptions options;
+  options.endpoints = {member};
+  options.call_timeout = absl::Seconds(10);  // the first election included
+  absl::StatusOr<std::unique_ptr<etcd::EtcdClient>> client = etcd::EtcdClient::Create(options);
+  if (!client.ok()) return client.status();
+  return (*client)->EnableRootAuth(token);
+}
+
+// How often an agent of host mode's own etcd cluster asks it for its
+// members: a replaced member is followed within this.
+constexpr absl::Duration kMemberSync = absl::Seconds(2);
+
+// This node's member of the job's own etcd cluster, not started: on
+// `port` (0: a free one), in a new directory of its own. Errors are usage
+// errors.
+absl::StatusOr<std::unique_ptr<EtcdMember>> NewEtcdMember(const LaunchConfig& config,
+                                                          const std::string& etcd_path,
+                                                          const std::string& address, int port) {
+  std::string pattern =
+      absl::StrCat(GetEnv("TMPDIR").value_or("/tmp"), "/muster-etcd-", config.rdzv_id, "-XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ha=1: cannot make a directory for the job's etcd member: ",
+                     ErrnoToStatus(errno, "mkdtemp " + pattern).message()));
+  }
+  EtcdMemberOptions options;
+  options.etcd = etcd_path;
+  options.name = absl::StrCat(HostName(), "-", getpid());
+  options.directory = pattern;
+  options.host = address;
+  options.client_port = port;
+  options.cluster_token = absl::StrCat("muster-", config.rdzv_id);
+  options.lock_directory = GetEnv("TMPDIR").value_or("/tmp");
+  absl::StatusOr<std::unique_ptr<EtcdMember>> member = EtcdMember::Create(std::move(options));
+  if (!member.ok()) return absl::InvalidArgumentError(member.status().message());
+  return member;
+}
+
+// The member this node offers (nullptr: it has no etcd), the first of the
+// cluster when it hosts; `*hosts` turns false where another agent of this
+// host took the endpoint's port first (it is then that agent's client).
+// Errors are usage errors.
+absl::StatusOr<std::shared_ptr<etcd::MemberHost>> SetUpOwnEtcdMember(const LaunchConfig& config,
+                                                                     const Endpoint& endpoint,
+                                                                     const std::string& address,
+                                                                     const std::string& token,
+                                                                     bool* hosts) {
+  const std::string path = GetEnv("PATH").value_or("/usr/bin:/bin");
+  absl::StatusOr<std::string> etcd_path = ResolveExecutable("etcd", path);
+  if (!etcd_path.ok() && *hosts) {
+    return absl::InvalidArgumentError(
+        "ha=1: this node hosts the rendezvous and must start the job's etcd, but etcd is not on "
+        "PATH: install etcd-server, or give ha=0 to every node");
+  }
+  if (!etcd_path.ok()) {
+    Logger("agent")->info(
+        "ha=1: etcd is not on PATH, so this node runs no member of the job's etcd cluster (it "
+        "still uses it); install etcd-server to let it stand in for a lost member");
+    return std::shared_ptr<etcd::MemberHost>();
+  }
+  absl::StatusOr<std::unique_ptr<EtcdMember>> member =
+      NewEtcdMember(config, *etcd_path, address, *hosts ? endpoint.port : 0);
+  if (!member.ok()) return member.status();
+  if (!*hosts) return NewMemberHost(*std::move(member), HostName());
+  if (absl::Status started = (*member)->Start("", absl::Seconds(20)); !started.ok()) {
+    if (!absl::IsAlreadyExists(started) || config.rdzv_conf.is_host.value_or(false)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ha=1: this node hosts the rendezvous, but its etcd: ", started.message()));
+    }
+    // Another agent of this host bound the port first: be its client.
+    *hosts = false;
+    member = NewEtcdMember(config, *etcd_path, address, 0);
+    if (!member.ok()) return member.status();
+    return NewMemberHost(*std::move(member), HostName());
+  }
+  if (absl::Status locked = EnableEtcdAuth((*member)->endpoint(), token); !locked.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ha=1: turning on the authentication of the job's etcd: ", locked.message()));
+  }
+  return NewMemberHost(*std::move(member), HostName());
+}
+
+// Host mode with ha=1: the job's rendezvous on an etcd cluster of its own
+// nodes. The hosting node starts its first member at the endpoint; every
+// node that has etcd offers to run one (launcher/etcd_member.h), and the
+// agent elected keeps three (rendezvous/etcd/members.h). Errors are usage
+// errors.
+absl::StatusOr<Rendezvous> SetUpOwnEtcdRendezvous(const LaunchConfig& config,
+                                                  const Endpoint& endpoint, bool hosts,
+                                                  const std::string& token) {
+  const std::string dial_host = NumericLoopback(endpoint.host);
+  const std::optional<std::string> address = SourceAddressTo(dial_host);
+  if (!address) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ha=1: no route from this node to the rendezvous host ", endpoint.host,
+                     "; check --rdzv-endpoint"));
+  }
+  absl::StatusOr<std::shared_ptr<etcd::MemberHost>> member_host =
+      SetUpOwnEtcdMember(config, endpoint, *address, token, &hosts);
+  if (!member_host.ok()) return member_host.status();
+  etcd::EtcdOptions options;
+  options.endpoints = {FormatEndpoint(dial_host, endpoint.port)};
+  options.auto_sync_interval = kMemberSync;
+  if (!token.empty()) {
+    options.user = "root";
+    options.password = token;
+  }
+  absl::StatusOr<etcd::EtcdRendezvousOptions> backend = EtcdBackendOptions(
+      config, std::move(options),
+      absl::StrCat("the job's etcd at ", FormatEndpoint(dial_host, endpoint.port)));
+  if (!backend.ok()) return backend.status();
+  etcd::EtcdRendezvousOptions rendezvous = *std::move(backend);
+  rendezvous.keep_members = true;
+  const bool has_member = *member_host != nullptr;
+  rendezvous.member_host = *std::move(member_host);
+  Logger("agent")->info(
+      "{} the rendezvous for job '{}' on the job's own etcd cluster ({}; ha=1: the job outlives "
+      "the node that hosts it)",
+      hosts ? "hosting" : "joining", config.rdzv_id, FormatEndpoint(dial_host, endpoint.port));
+  if (token.empty()) {
+    Logger("agent")->warn(
+        "ha=1 without a token: the job's etcd takes no credential, so anyone who can reach its "
+        "members can read and change this job; give every agent --rdzv-conf token_file=PATH (or "
+        "MUSTER_TOKEN_FILE=PATH), a mode 600 file with one line of secret");
+  }
+  Rendezvous out;
+  out.client = etcd::NewEtcdRendezvousClient(std::move(rendezvous));
+  out.own_address = *address;
+  out.stays_until_closed = has_member;
+  return out;
+}
+
 // `one_node`: standalone or static, where nobody else needs to reach the
 // rendezvous (it listens on no port). Errors are usage errors.
 absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_node, bool quiet,
@@ -176,7 +343,10 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
   const std::string auth = credential.Describe();
   // With client certificates the server lets in only holders of one.
   const bool unauthenticated = token.empty() && !credential.munge && tls.cert.empty();
-  if (ShouldHostRendezvous(facts, IsLocalAddress)) {
+  const bool hosts = ShouldHostRendezvous(facts, IsLocalAddress);
+  if (config.rdzv_conf.ha.value_or(false))
+    return SetUpOwnEtcdRendezvous(config, *endpoint, hosts, token);
+  if (hosts) {
     // Every other node keeps a connection to this one open; the workers get
     // the limit back (ChildProcess::Spawn).
     if (std::optional<std::string> low = RaiseOpenFileLimit(4096, "nodes can connect")) {
@@ -293,24 +463,12 @@ absl::StatusOr<Rendezvous> SetUpEtcdRendezvous(const LaunchConfig& config,
   options.user = conf.etcd_user;
   options.password = conf.etcd_password;
   options.tls = tls;
-  // The leader's writes carry a round's answers: they wait longer per member.
-  etcd::EtcdOptions leader_options = options;
-  leader_options.attempt_timeout = absl::Seconds(5);
-  leader_options.call_timeout = absl::Seconds(10);
-  absl::StatusOr<std::unique_ptr<etcd::EtcdClient>> client =
-      etcd::EtcdClient::Create(std::move(options));
-  if (!client.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("etcd: ", client.status().message()));
-  }
   const std::string target = absl::StrCat("etcd at ", absl::StrJoin(endpoints->endpoints, ","));
-  etcd::EtcdRendezvousOptions rendezvous;
-  rendezvous.etcd = std::shared_ptr<etcd::EtcdClient>(*std::move(client));
-  rendezvous.leader_etcd = std::move(leader_options);
-  rendezvous.job_id = config.rdzv_id;
-  rendezvous.lease_ttl = absl::FromChrono(conf.heartbeat_timeout);
-  rendezvous.target = target;
+  absl::StatusOr<etcd::EtcdRendezvousOptions> rendezvous =
+      EtcdBackendOptions(config, std::move(options), target);
+  if (!rendezvous.ok()) return rendezvous.status();
   Rendezvous out;
-  out.client = etcd::NewEtcdRendezvousClient(std::move(rendezvous));
+  out.client = etcd::NewEtcdRendezvousClient(*std::move(rendezvous));
   const std::string auth =
       absl::StrCat(conf.etcd_user.empty() ? "none" : absl::StrCat("etcd user ", conf.etcd_user),
                    tls.empty()        ? ""
@@ -482,8 +640,10 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
   options.host = HostName();
   options.advertised_addr = options.config.local_addr;
   // No server sees an etcd agent's address: its host name stands for it.
+  if (options.advertised_addr.empty()) options.advertised_addr = rendezvous->own_address;
   if (plan.on_etcd && options.advertised_addr.empty()) options.advertised_addr = options.host;
   options.hosts_rendezvous = rendezvous->hosted != nullptr;
+  options.stays_until_closed = rendezvous->stays_until_closed;
   options.static_ranks = plan.static_backend;
   options.base_env = EnvironmentEntries();
   options.event_log = std::move(plan.event_log);

@@ -1,5 +1,6 @@
 #include "rendezvous/etcd/backend.h"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -16,6 +17,7 @@
 #include "rendezvous/etcd/keys.h"
 #include "rendezvous/etcd/leader.h"
 #include "rendezvous/etcd/status.h"
+#include "rendezvous/etcd/steward.h"
 #include "rendezvous/rules/protocol.h"
 #include "rendezvous/rules/state.h"
 
@@ -32,6 +34,7 @@ using rdzv::WatchEvent;
 constexpr absl::Duration kRetry = absl::Seconds(1);
 // The worker looks at its deadlines at least this often.
 constexpr absl::Duration kMaxWait = absl::Seconds(1);
+constexpr absl::Duration kLingerPoll = absl::Milliseconds(100);
 
 class EtcdRendezvous final : public rdzv::RendezvousClient {
  public:
@@ -152,6 +155,12 @@ class EtcdRendezvous final : public rdzv::RendezvousClient {
 
   void Work();
   void ShutDown();
+  // With this node's member of the job's own cluster running: the job
+  // closed, waits (bounded by the lease TTL) until every other agent has
+  // left, so that none is left without a quorum to learn the close from;
+  // else the member leaves the cluster (LeaveCluster).
+  void AwaitTheLastAgent();
+  void LeaveCluster();
 
   void DoJoin(const rdzv::JoinRequest& request, absl::Time deadline,
               std::function<void(absl::StatusOr<Assignment>)> done);
@@ -179,6 +188,13 @@ class EtcdRendezvous final : public rdzv::RendezvousClient {
   void WatchLeader(int64_t from_revision);
   void StartLeader();
   void OnLeaderEnded(uint64_t generation, const absl::Status& status);
+  // Host mode's own cluster: offers this node's member (once per lease)
+  // and watches for its seat.
+  void OfferMember();
+  // Deletes the offer once this node's member has stopped: the leader then
+  // removes the member and seats another node.
+  void WithdrawOffer();
+  void OnSeat(const std::string& value);
 
   const EtcdRendezvousOptions options_;
   const JobKeys keys_;
@@ -204,6 +220,11 @@ class EtcdRendezvous final : public rdzv::RendezvousClient {
   std::unique_ptr<EtcdWatch> leader_watch_;
   std::unique_ptr<EtcdClient> leader_etcd_;  // declared before leader_: it outlives it
   std::unique_ptr<EtcdLeader> leader_;
+  std::unique_ptr<EtcdSteward> steward_;  // with keep_members, while leading
+  std::unique_ptr<EtcdWatch> seat_watch_;
+  uint64_t offered_generation_ = 0;  // the lease the offer was written under
+  bool seat_taken_ = false;
+  bool offer_withdrawn_ = false;
   int64_t leader_revision_ = 0;
   bool campaigning_ = false;
   int64_t join_seq_ = 0;
@@ -263,7 +284,52 @@ void EtcdRendezvous::Work() {
   ShutDown();
 }
 
+void EtcdRendezvous::LeaveCluster() {
+  absl::StatusOr<std::vector<etcdserverpb::Member>> members = options_.etcd->MemberList();
+  if (!members.ok()) return;
+  const std::string peer_url = options_.member_host->Offer().peer_url;
+  for (const etcdserverpb::Member& member : *members) {
+    if (member.peerurls().empty() || member.peerurls(0) != peer_url) continue;
+    // Refused for the last member (which the job's state is on): then it
+    // stops with the node.
+    absl::Status removed = options_.etcd->MemberRemove(member.id());
+    if (removed.ok()) {
+      logger_->info("this node's etcd member left the job's cluster, which goes on without it");
+    }
+    return;
+  }
+}
+
+void EtcdRendezvous::AwaitTheLastAgent() {
+  absl::StatusOr<GetResult> closed = options_.etcd->Get(keys_.closed());
+  if (!closed.ok()) return;
+  // The job goes on without this node: its member leaves first, so that the
+  // members left keep their majority.
+  if (!closed->kv) return LeaveCluster();
+  // Every agent holds a lease until it leaves (revoked), or until its TTL
+  // after it died; the closed key holds one of its own.
+  const absl::Time deadline = absl::Now() + options_.lease_ttl + kMaxWait;
+  bool said = false;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::vector<int64_t>> leases = options_.etcd->Leases();
+    if (!leases.ok()) return;  // no quorum left to keep
+    const bool others = std::any_of(leases->begin(), leases->end(),
+                                    [&](int64_t lease) { return lease != closed->kv->lease(); });
+    if (!others) return;
+    if (!said) {
+      logger_->info(
+          "the job closed; this node's etcd member stays until the other agents have "
+          "learned it and left (at most {})",
+          absl::FormatDuration(deadline - absl::Now()));
+      said = true;
+    }
+    absl::SleepFor(kLingerPoll);
+  }
+}
+
 void EtcdRendezvous::ShutDown() {
+  steward_.reset();
+  seat_watch_.reset();
   leader_.reset();
   leader_watch_.reset();
   outbox_watch_.reset();
@@ -274,6 +340,7 @@ void EtcdRendezvous::ShutDown() {
     options_.etcd->RevokeLease(lease_).IgnoreError();
     lease_ = 0;
   }
+  if (options_.member_host && options_.member_host->Seated()) AwaitTheLastAgent();
   Completions completions;
   {
     absl::MutexLock lock(&mu_);
@@ -351,6 +418,8 @@ void EtcdRendezvous::OnLeaseLost(uint64_t generation, const absl::Status& status
 }
 
 void EtcdRendezvous::ForgetLease() {
+  steward_.reset();
+  seat_watch_.reset();
   leader_.reset();
   leader_watch_.reset();
   keeper_.reset();
@@ -453,6 +522,7 @@ void EtcdRendezvous::DoJoin(const rdzv::JoinRequest& request, absl::Time deadlin
                                       (*closed)->job_closed().succeeded()));
   if (absl::Status status = EnsureLease(); !status.ok()) return done(status);
   if (absl::Status status = EnsureOutboxWatch(); !status.ok()) return done(status);
+  OfferMember();
   rdzv::EtcdJoin join;
   join.set_seq(++join_seq_);
   *join.mutable_request() = request;
@@ -554,7 +624,13 @@ void EtcdRendezvous::StartLeader() {
                 options_.target);
   const uint64_t generation = lease_generation_;
   if (!leader_etcd_ && options_.leader_etcd) {
-    absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(*options_.leader_etcd);
+    EtcdOptions leader_options = *options_.leader_etcd;
+    // The members as the agent's client knows them now: a cluster whose
+    // members change (auto_sync_interval) may have lost those it began with.
+    if (leader_options.auto_sync_interval > absl::ZeroDuration()) {
+      leader_options.endpoints = options_.etcd->Endpoints();
+    }
+    absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(leader_options);
     if (client.ok()) {
       leader_etcd_ = *std::move(client);
     } else {
@@ -570,10 +646,74 @@ void EtcdRendezvous::StartLeader() {
     Post([this, generation, status] { OnLeaderEnded(generation, status); });
   };
   leader_ = EtcdLeader::Start(std::move(leader));
+  if (options_.keep_members) {
+    StewardOptions steward;
+    steward.client = leader_etcd_ ? leader_etcd_.get() : options_.etcd.get();
+    steward.job_id = options_.job_id;
+    steward.leader_revision = leader_revision_;
+    steward_ = EtcdSteward::Start(std::move(steward));
+  }
+}
+
+void EtcdRendezvous::OfferMember() {
+  if (!options_.member_host || offered_generation_ == lease_generation_) return;
+  if (options_.member_host->Exited()) return;  // WithdrawOffer said why
+  MemberOffer offer = options_.member_host->Offer();
+  rdzv::EtcdMemberOffer value;
+  value.set_name(offer.name);
+  value.set_host(offer.host);
+  value.set_peer_url(offer.peer_url);
+  value.set_client_url(offer.client_url);
+  absl::StatusOr<int64_t> written =
+      options_.etcd->Put(keys_.member(node_id_), value.SerializeAsString(), lease_);
+  if (!written.ok()) {
+    logger_->warn("offering this node's etcd member to the job: {}", written.status().message());
+    return;  // the next join offers again
+  }
+  offered_generation_ = lease_generation_;
+  if (options_.member_host->Seated() || seat_taken_) return;
+  seat_watch_ = options_.etcd->Watch(
+      keys_.seat(node_id_), "", *written + 1,
+      [this](const std::vector<mvccpb::Event>& events, int64_t) {
+        for (const mvccpb::Event& event : events) {
+          if (event.type() == mvccpb::Event::PUT) {
+            Post([this, value = event.kv().value()] { OnSeat(value); });
+          }
+        }
+      },
+      [](absl::Status) {});
+}
+
+void EtcdRendezvous::WithdrawOffer() {
+  if (!options_.member_host || offered_generation_ == 0 || offer_withdrawn_ ||
+      !options_.member_host->Exited()) {
+    return;
+  }
+  if (!options_.etcd->Delete(keys_.member(node_id_)).ok()) return;  // the next heartbeat
+  offer_withdrawn_ = true;
+  logger_->warn(
+      "this node's etcd member has stopped (its log is etcd.log beside its data); its offer is "
+      "withdrawn, and the job's leader removes it and seats another node");
+}
+
+void EtcdRendezvous::OnSeat(const std::string& value) {
+  rdzv::EtcdMemberSeat seat;
+  if (seat_taken_ || !seat.ParseFromString(value)) return;
+  seat_taken_ = true;
+  logger_->info("this node is seated in the job's etcd cluster ({}): starting its member",
+                seat.initial_cluster());
+  const std::string node = node_id_;
+  options_.member_host->Join(seat.initial_cluster(), [this, node](absl::Status status) {
+    if (status.ok()) return;
+    // Withdrawn: the leader removes the learner and seats another node.
+    logger_->warn("this node's etcd member could not start: {}", status.message());
+    Post([this, node] { options_.etcd->Delete(keys_.member(node)).IgnoreError(); });
+  });
 }
 
 void EtcdRendezvous::OnLeaderEnded(uint64_t generation, const absl::Status& status) {
   if (generation != lease_generation_ || lease_ == 0) return;
+  steward_.reset();
   leader_.reset();
   if (absl::IsFailedPrecondition(status)) {
     // The leader key is gone: someone else may lead; stand again.
@@ -593,6 +733,7 @@ void EtcdRendezvous::DoHeartbeat(const std::string& node,
   // that lease gone, its key is, and the job counts it lost whatever its
   // outbox still says.
   if (lease_ == 0) return done(LeaseEnded(node));
+  WithdrawOffer();
   absl::StatusOr<GetResult> got = options_.etcd->Get(keys_.outbox(node));
   if (!got.ok()) return done(FromEtcd(got.status()));
   if (got->kv) {

@@ -17,6 +17,7 @@
 #ifndef MUSTER_RENDEZVOUS_ETCD_BACKEND_H_
 #define MUSTER_RENDEZVOUS_ETCD_BACKEND_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,8 +25,27 @@
 #include "absl/time/time.h"
 #include "rendezvous/client/client.h"
 #include "rendezvous/etcd/client.h"
+#include "rendezvous/etcd/members.h"
 
 namespace muster::etcd {
+
+// Where this node would run a member of the job's own etcd cluster (host
+// mode's HA, etcd/members.h): the launcher's etcd child. Thread-safe.
+class MemberHost {
+ public:
+  virtual ~MemberHost() = default;
+  // What the node offers: its member's name, host and URLs (`node` unset).
+  virtual MemberOffer Offer() const = 0;
+  // Whether its member runs (the cluster's first, or one seated since).
+  virtual bool Seated() const = 0;
+  // Whether its member ran and has stopped: a member etcd may have removed,
+  // never started again; the node offers no more.
+  virtual bool Exited() const = 0;
+  // Starts the member, which etcd has added, joining `initial_cluster`.
+  // Returns at once; `done` runs once, on another thread, when it listens
+  // or could not start.
+  virtual void Join(const std::string& initial_cluster, std::function<void(absl::Status)> done) = 0;
+};
 
 struct EtcdRendezvousOptions {
   // The etcd cluster.
@@ -41,6 +61,10 @@ struct EtcdRendezvousOptions {
   absl::Duration lease_ttl = absl::Seconds(30);
   // Where the rendezvous is, for messages ("etcd at 10.0.0.1:2379,...").
   std::string target;
+  // Host mode's own cluster: the agent elected also keeps its members
+  // (EtcdSteward), and `member_host`, when set, is offered to run one.
+  bool keep_members = false;
+  std::shared_ptr<MemberHost> member_host;
 };
 
 std::unique_ptr<rdzv::RendezvousClient> NewEtcdRendezvousClient(EtcdRendezvousOptions options);

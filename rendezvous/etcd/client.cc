@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <list>
+#include <thread>
 #include <utility>
 
 #include <grpcpp/alarm.h>
@@ -20,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/backoff.h"
 #include "common/endpoint.h"
 #include "common/log.h"
@@ -101,6 +104,16 @@ absl::StatusOr<EtcdEndpoints> ParseEtcdEndpoints(absl::string_view text) {
   return result;
 }
 
+std::optional<std::string> EndpointOfUrl(absl::string_view url) {
+  if (!absl::ConsumePrefix(&url, "http://") && !absl::ConsumePrefix(&url, "https://")) {
+    return std::nullopt;
+  }
+  absl::ConsumeSuffix(&url, "/");
+  if (url.empty() || url.find('/') != absl::string_view::npos) return std::nullopt;
+  if (url.rfind(':') == absl::string_view::npos || url.back() == ']') return std::nullopt;
+  return std::string(url);
+}
+
 std::string PrefixEnd(absl::string_view prefix) {
   std::string end(prefix);
   while (!end.empty()) {
@@ -120,6 +133,7 @@ namespace {
 // that the member have a leader (else it answers "etcdserver: no leader" at
 // once, and ends a stream once it has had none for 3 election timeouts).
 constexpr char kTokenKey[] = "token";
+constexpr char kAuthNotEnabled[] = "authentication is not enabled";
 constexpr char kRequireLeaderKey[] = "hasleader";
 constexpr char kRequireLeaderValue[] = "true";
 
@@ -164,7 +178,8 @@ Verdict Judge(const grpc::Status& status, bool attempt_timed_out) {
       // Refused before anything was done: by gRPC (no connection), or by a
       // member that has no leader (asked with kRequireLeaderKey) or is still starting.
       if (absl::StrContains(message, "failed to connect to all addresses") ||
-          message == "etcdserver: no leader" || message == "etcdserver: not capable") {
+          message == "etcdserver: no leader" || message == "etcdserver: not capable" ||
+          message == "etcdserver: unhealthy cluster") {
         return Verdict::kUnsent;
       }
       // Connection lost, leader changed, etcd's own request timeout.
@@ -295,6 +310,7 @@ struct Member {
   std::unique_ptr<etcdserverpb::Lease::Stub> lease;
   std::unique_ptr<etcdserverpb::Watch::Stub> watch;
   std::unique_ptr<etcdserverpb::Auth::Stub> auth;
+  std::unique_ptr<etcdserverpb::Cluster::Stub> cluster;
 };
 
 // How a call may go on at another member after an attempt failed.
@@ -307,27 +323,62 @@ template <typename Response>
 using Rpc = std::function<grpc::Status(Member&, grpc::ClientContext*, Response*)>;
 
 // What the client, its keepers and its watches share: the members, the one
-// calls go to, the auth token. Thread-safe.
+// calls go to, the auth token. Thread-safe. Members are only ever added
+// (SetEndpoints): one that left is retired, skipped when calls move on, so
+// that an index stays a member for the client's life.
 class Cluster {
  public:
-  Cluster(EtcdOptions options, const std::shared_ptr<grpc::ChannelCredentials>& credentials)
-      : options_(std::move(options)), logger_(Logger("etcd")) {
-    const grpc::ChannelArguments args = ChannelArguments(options_);
-    for (const std::string& endpoint : options_.endpoints) {
-      Member& member = members_.emplace_back();
-      member.endpoint = endpoint;
-      member.channel = grpc::CreateCustomChannel(endpoint, credentials, args);
-      member.kv = etcdserverpb::KV::NewStub(member.channel);
-      member.lease = etcdserverpb::Lease::NewStub(member.channel);
-      member.watch = etcdserverpb::Watch::NewStub(member.channel);
-      member.auth = etcdserverpb::Auth::NewStub(member.channel);
-    }
-    failing_.assign(members_.size(), false);
+  Cluster(EtcdOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : options_(std::move(options)), credentials_(std::move(credentials)),
+        logger_(Logger("etcd")) {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& endpoint : options_.endpoints) Add(endpoint);
   }
 
   const EtcdOptions& options() const { return options_; }
-  int size() const { return static_cast<int>(members_.size()); }
-  Member& member(int index) { return members_[index]; }
+  int size() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(members_.size());
+  }
+  // Never moves: members_ is only appended to.
+  Member& member(int index) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return members_[index];
+  }
+
+  std::vector<std::string> Endpoints() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < members_.size(); ++i) {
+      if (!retired_[i]) out.push_back(members_[i].endpoint);
+    }
+    return out;
+  }
+
+  // Calls and new streams go to `endpoints` from now on: those not known
+  // yet are added, the others retired (unless that would leave none).
+  void SetEndpoints(const std::vector<std::string>& endpoints) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (endpoints.empty()) return;
+    absl::MutexLock lock(&mu_);
+    const absl::flat_hash_set<std::string> wanted(endpoints.begin(), endpoints.end());
+    for (size_t i = 0; i < members_.size(); ++i) {
+      const bool retire = !wanted.contains(members_[i].endpoint);
+      if (retire != retired_[i]) {
+        logger_->info("etcd at {} {}", members_[i].endpoint,
+                      retire ? "is no longer a member; calls go elsewhere" : "is a member again");
+      }
+      retired_[i] = retire;
+    }
+    for (const std::string& endpoint : endpoints) {
+      const bool known = std::any_of(members_.begin(), members_.end(),
+                                     [&](const Member& m) { return m.endpoint == endpoint; });
+      if (!known) {
+        Add(endpoint);
+        logger_->info("etcd at {} is a new member", endpoint);
+      }
+    }
+    if (retired_[current_]) current_ = NextLive(current_);
+  }
   spdlog::logger& logger() { return *logger_; }
 
   // The member calls and new streams go to.
@@ -349,7 +400,7 @@ class Cluster {
   // member, unless another failure has moved them already.
   void Failed(int index, absl::string_view why) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    if (current_ == index) current_ = (index + 1) % size();
+    if (current_ == index) current_ = NextLive(index);
     const spdlog::level::level_enum level =
         failing_[index] ? spdlog::level::debug : spdlog::level::info;
     failing_[index] = true;
@@ -410,11 +461,17 @@ class Cluster {
       std::string token;
       if (authenticated) {
         absl::StatusOr<std::string> got = Token();  // may authenticate first
+        if (!got.ok() && absl::StrContains(got.status().message(), kAuthNotEnabled)) {
+          // A cluster being set up (EnableRootAuth): ask again shortly.
+          last_error = std::string(got.status().message());
+          absl::SleepFor(std::min(backoff.Next(), deadline - absl::Now()));
+          continue;
+        }
         if (!got.ok()) return got.status();
         token = *std::move(got);
       }
       const int index = Current();
-      Member& member = members_[index];
+      Member& member = this->member(index);
       const absl::Time attempt_deadline =
           std::min(deadline, absl::Now() + options_.attempt_timeout);
       grpc::Status status;
@@ -458,7 +515,7 @@ class Cluster {
       Failed(index, attempt_timed_out ? absl::StrCat("no answer within ",
                                                      absl::FormatDuration(options_.attempt_timeout))
                                       : status.error_message());
-      if (++failures % size() == 0) {
+      if (++failures % LiveCount() == 0) {
         // Every member failed once more: give an election time to end.
         absl::SleepFor(std::min(backoff.Next(), deadline - absl::Now()));
       }
@@ -488,17 +545,48 @@ class Cluster {
                         ")");
   }
 
+  // REQUIRES: mu_ held.
+  void Add(const std::string& endpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Member& member = members_.emplace_back();
+    member.endpoint = endpoint;
+    member.channel = grpc::CreateCustomChannel(endpoint, credentials_, ChannelArguments(options_));
+    member.kv = etcdserverpb::KV::NewStub(member.channel);
+    member.lease = etcdserverpb::Lease::NewStub(member.channel);
+    member.watch = etcdserverpb::Watch::NewStub(member.channel);
+    member.auth = etcdserverpb::Auth::NewStub(member.channel);
+    member.cluster = etcdserverpb::Cluster::NewStub(member.channel);
+    failing_.push_back(false);
+    retired_.push_back(false);
+  }
+
+  // The member after `index` that is not retired (`index` itself if none is).
+  int NextLive(int index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int count = static_cast<int>(members_.size());
+    for (int step = 1; step <= count; ++step) {
+      const int next = (index + step) % count;
+      if (!retired_[next]) return next;
+    }
+    return index;
+  }
+
+  int LiveCount() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return std::max<int>(1, static_cast<int>(std::count(retired_.begin(), retired_.end(), false)));
+  }
+
   const EtcdOptions options_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   // Without it, a watch event that comes after a quiet second can wait
   // 100 ms for gRPC's callback threads (callback_ticker.h).
   const std::shared_ptr<rdzv::CallbackTicker> ticker_ = rdzv::CallbackTicker::Acquire();
   const std::shared_ptr<spdlog::logger> logger_;
-  std::vector<Member> members_;  // fixed after the constructor
 
   absl::Mutex auth_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
+  std::deque<Member> members_ ABSL_GUARDED_BY(mu_);  // appended to only: entries never move
   int current_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> failing_ ABSL_GUARDED_BY(mu_);  // for the log: a member's first failure
+  std::vector<bool> retired_ ABSL_GUARDED_BY(mu_);  // no longer a member (SetEndpoints)
   std::string token_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -1065,7 +1153,19 @@ void Watcher::End(absl::Status status) {
 
 class EtcdClientImpl final : public EtcdClient {
  public:
-  explicit EtcdClientImpl(std::shared_ptr<Cluster> cluster) : cluster_(std::move(cluster)) {}
+  explicit EtcdClientImpl(std::shared_ptr<Cluster> cluster) : cluster_(std::move(cluster)) {
+    const absl::Duration interval = cluster_->options().auto_sync_interval;
+    if (interval > absl::ZeroDuration()) {
+      syncer_ = std::thread([this, interval] {
+        while (!stop_sync_.WaitForNotificationWithTimeout(interval)) SyncEndpoints();
+      });
+    }
+  }
+
+  ~EtcdClientImpl() override {
+    stop_sync_.Notify();
+    if (syncer_.joinable()) syncer_.join();
+  }
 
   absl::StatusOr<int64_t> Put(absl::string_view key, absl::string_view value,
                               int64_t lease) override {
@@ -1205,6 +1305,115 @@ class EtcdClientImpl final : public EtcdClient {
     return response.status();
   }
 
+  absl::StatusOr<std::vector<etcdserverpb::Member>> MemberList() override {
+    etcdserverpb::MemberListRequest request;
+    absl::StatusOr<etcdserverpb::MemberListResponse> response =
+        cluster_->Call<etcdserverpb::MemberListResponse>(
+            "MemberList", Repeat::kAlways, true,
+            [&request](Member& member, grpc::ClientContext* context,
+                       etcdserverpb::MemberListResponse* out) {
+              return member.cluster->MemberList(context, request, out);
+            });
+    if (!response.ok()) return response.status();
+    return std::vector<etcdserverpb::Member>(response->members().begin(),
+                                             response->members().end());
+  }
+
+  absl::StatusOr<etcdserverpb::Member> MemberAdd(absl::string_view peer_url,
+                                                 bool learner) override {
+    etcdserverpb::MemberAddRequest request;
+    request.add_peerurls(std::string(peer_url));
+    request.set_islearner(learner);
+    absl::StatusOr<etcdserverpb::MemberAddResponse> response =
+        cluster_->Call<etcdserverpb::MemberAddResponse>(
+            absl::StrCat("MemberAdd ", peer_url), Repeat::kIfUnsent, true,
+            [&request](Member& member, grpc::ClientContext* context,
+                       etcdserverpb::MemberAddResponse* out) {
+              return member.cluster->MemberAdd(context, request, out);
+            });
+    if (!response.ok()) return response.status();
+    return response->member();
+  }
+
+  absl::Status MemberRemove(uint64_t id) override {
+    etcdserverpb::MemberRemoveRequest request;
+    request.set_id(id);
+    bool maybe_applied = false;
+    absl::StatusOr<etcdserverpb::MemberRemoveResponse> response =
+        cluster_->Call<etcdserverpb::MemberRemoveResponse>(
+            absl::StrFormat("MemberRemove %x", id), Repeat::kAlways, true,
+            [&request](Member& member, grpc::ClientContext* context,
+                       etcdserverpb::MemberRemoveResponse* out) {
+              return member.cluster->MemberRemove(context, request, out);
+            },
+            &maybe_applied);
+    // Removed by an attempt whose answer was lost.
+    if (absl::IsNotFound(response.status()) && maybe_applied) return absl::OkStatus();
+    return response.status();
+  }
+
+  absl::Status MemberPromote(uint64_t id) override {
+    etcdserverpb::MemberPromoteRequest request;
+    request.set_id(id);
+    return cluster_
+        ->Call<etcdserverpb::MemberPromoteResponse>(
+            absl::StrFormat("MemberPromote %x", id), Repeat::kAlways, true,
+            [&request](Member& member, grpc::ClientContext* context,
+                       etcdserverpb::MemberPromoteResponse* out) {
+              return member.cluster->MemberPromote(context, request, out);
+            })
+        .status();
+  }
+
+  absl::Status EnableRootAuth(absl::string_view password) override {
+    etcdserverpb::AuthUserAddRequest add;
+    add.set_name("root");
+    add.set_password(std::string(password));
+    absl::Status status = Unauthenticated<etcdserverpb::AuthUserAddResponse>(
+        "UserAdd root", [&add](Member& member, grpc::ClientContext* context,
+                               etcdserverpb::AuthUserAddResponse* out) {
+          return member.auth->UserAdd(context, add, out);
+        });
+    if (!status.ok() && !absl::StrContains(status.message(), "user name already exists")) {
+      return status;
+    }
+    etcdserverpb::AuthUserGrantRoleRequest grant;
+    grant.set_user("root");
+    grant.set_role("root");
+    status = Unauthenticated<etcdserverpb::AuthUserGrantRoleResponse>(
+        "UserGrantRole root", [&grant](Member& member, grpc::ClientContext* context,
+                                       etcdserverpb::AuthUserGrantRoleResponse* out) {
+          return member.auth->UserGrantRole(context, grant, out);
+        });
+    if (!status.ok() && !absl::StrContains(status.message(), "already granted")) return status;
+    etcdserverpb::AuthEnableRequest enable;
+    return Unauthenticated<etcdserverpb::AuthEnableResponse>(
+        "AuthEnable", [&enable](Member& member, grpc::ClientContext* context,
+                                etcdserverpb::AuthEnableResponse* out) {
+          return member.auth->AuthEnable(context, enable, out);
+        });
+  }
+
+  void SetEndpoints(const std::vector<std::string>& endpoints) override {
+    cluster_->SetEndpoints(endpoints);
+  }
+  std::vector<std::string> Endpoints() const override { return cluster_->Endpoints(); }
+
+  absl::StatusOr<std::vector<int64_t>> Leases() override {
+    etcdserverpb::LeaseLeasesRequest request;
+    absl::StatusOr<etcdserverpb::LeaseLeasesResponse> response =
+        cluster_->Call<etcdserverpb::LeaseLeasesResponse>(
+            "LeaseLeases", Repeat::kAlways, true,
+            [&request](Member& member, grpc::ClientContext* context,
+                       etcdserverpb::LeaseLeasesResponse* out) {
+              return member.lease->LeaseLeases(context, request, out);
+            });
+    if (!response.ok()) return response.status();
+    std::vector<int64_t> out;
+    for (const etcdserverpb::LeaseStatus& lease : response->leases()) out.push_back(lease.id());
+    return out;
+  }
+
   std::unique_ptr<LeaseKeeper> KeepAlive(int64_t lease, absl::Duration ttl,
                                          std::function<void(absl::Status)> on_lost) override {
     auto keeper = std::make_unique<Keeper>(cluster_, lease, ttl, std::move(on_lost));
@@ -1242,12 +1451,37 @@ class EtcdClientImpl final : public EtcdClient {
     return response->deleted();
   }
 
+  template <typename Response>
+  absl::Status Unauthenticated(absl::string_view what, const Rpc<Response>& rpc) {
+    return cluster_->Call<Response>(what, Repeat::kAlways, false, rpc).status();
+  }
+
+  // Follows the cluster's voters (EtcdOptions::auto_sync_interval); a
+  // failure leaves the members as they were, for the next try.
+  void SyncEndpoints() {
+    absl::StatusOr<std::vector<etcdserverpb::Member>> members = MemberList();
+    if (!members.ok()) {
+      cluster_->logger().debug("etcd's members not synced: {}", members.status().message());
+      return;
+    }
+    std::vector<std::string> endpoints;
+    for (const etcdserverpb::Member& member : *members) {
+      if (member.islearner() || member.clienturls().empty()) continue;
+      if (std::optional<std::string> endpoint = EndpointOfUrl(member.clienturls(0))) {
+        endpoints.push_back(*std::move(endpoint));
+      }
+    }
+    cluster_->SetEndpoints(endpoints);
+  }
+
   static int64_t NewLeaseId() {
     thread_local absl::BitGen random;
     return absl::Uniform<int64_t>(random, 1, std::numeric_limits<int64_t>::max());
   }
 
   const std::shared_ptr<Cluster> cluster_;
+  absl::Notification stop_sync_;
+  std::thread syncer_;  // with auto_sync_interval
 };
 
 }  // namespace

@@ -38,7 +38,9 @@ struct EtcdOptions {
   // to spread many clients over the members.
   std::vector<std::string> endpoints;
   // Empty user: no authentication. Else Auth.Authenticate with these, on the
-  // first call, and the token in every call's `token` metadata.
+  // first call, and the token in every call's `token` metadata. A member
+  // whose authentication is not on yet (a cluster being set up) is asked
+  // again within the call's deadline.
   std::string user, password;
   // Empty: plaintext. Else TLS (rendezvous/auth/tls.h): tls.cacert is required,
   // the members' certificates must name the host of their endpoint, and
@@ -51,6 +53,11 @@ struct EtcdOptions {
   // write sent to a follower just as the leader died is lost in etcd and
   // would otherwise be answered only after etcd's own 5 s or more.
   absl::Duration attempt_timeout = absl::Seconds(1);
+  // With a positive interval, the client asks etcd for its members this
+  // often and from then on calls the voters it lists (SetEndpoints): a
+  // cluster whose members change (host mode's own, etcd/members.h) is
+  // followed, as etcd's own clients' --auto-sync-interval does.
+  absl::Duration auto_sync_interval = absl::ZeroDuration();
   // The largest response the client accepts (gRPC's receive limit; gRPC's
   // default is 4 MiB). GetPrefix pages below it.
   int max_response_bytes = 64 << 20;
@@ -106,6 +113,10 @@ class EtcdWatch {
   virtual ~EtcdWatch() = default;
 };
 
+// etcd's client URL ("http://10.0.0.1:2379") as an endpoint ("10.0.0.1:2379");
+// nullopt for one that is not http(s)://HOST:PORT.
+std::optional<std::string> EndpointOfUrl(absl::string_view url);
+
 // Thread-safe: calls may come from any threads at once. Keepers and watches
 // may outlive the client that made them.
 //
@@ -154,6 +165,28 @@ class EtcdClient {
   virtual absl::StatusOr<int64_t> GrantLease(absl::Duration ttl) = 0;
   // Ends the lease and deletes its keys. kNotFound: no such lease.
   virtual absl::Status RevokeLease(int64_t lease) = 0;
+  // Every lease etcd holds, of anyone (etcd's LeaseLeases).
+  virtual absl::StatusOr<std::vector<int64_t>> Leases() = 0;
+
+  // The cluster's membership (etcd's Cluster service). MemberAdd is sent
+  // once where it may have been applied (as a Txn with writes): the caller
+  // lists the members to know. MemberPromote fails (kFailedPrecondition)
+  // until the learner has caught up with the leader.
+  virtual absl::StatusOr<std::vector<etcdserverpb::Member>> MemberList() = 0;
+  virtual absl::StatusOr<etcdserverpb::Member> MemberAdd(absl::string_view peer_url,
+                                                         bool learner) = 0;
+  virtual absl::Status MemberRemove(uint64_t id) = 0;
+  virtual absl::Status MemberPromote(uint64_t id) = 0;
+  // Turns etcd's authentication on, with the user `root` (etcd's root
+  // role) and `password`: the first member of host mode's own cluster,
+  // before anyone else reaches it. Needs a client without a user. Safe to
+  // repeat (a user that exists, auth that is on, are fine).
+  virtual absl::Status EnableRootAuth(absl::string_view password) = 0;
+  // Calls and new streams go to these members ("host:port") from now on;
+  // streams open elsewhere stay there until they break. Empty: no change.
+  virtual void SetEndpoints(const std::vector<std::string>& endpoints) = 0;
+  // The members calls go to now (those SetEndpoints retired left out).
+  virtual std::vector<std::string> Endpoints() const = 0;
 
   // Keeps `lease` (granted with `ttl`) alive over one LeaseKeepAlive stream:
   // a keep-alive at once and then every ttl / 3. A stream that breaks, or

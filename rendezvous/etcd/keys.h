@@ -16,6 +16,10 @@
 //   inbox/<node>     the node's latest report (failure, done, leave)
 //   outbox/<node>    the leader's answers and events for that node: the one
 //                    key a node watches, so a round costs O(1) per node
+//   members/<node>   host mode's own etcd cluster (ha=1, etcd/members.h):
+//                    the node's offer to run a member, under its lease
+//   seats/<node>     the leader's word that etcd added the node's member:
+//                    the cluster it starts it in
 //
 // No node writes a key every node writes: each writes its own, and only the
 // leader writes the state (torch's c10d rendezvous compare-and-swaps one
@@ -52,7 +56,13 @@ class JobKeys {
   std::string nodes() const { return prefix_ + "nodes/"; }
   std::string inbox() const { return prefix_ + "inbox/"; }
   std::string outbox() const { return prefix_ + "outbox/"; }
+  std::string members() const { return prefix_ + "members/"; }
+  std::string seats() const { return prefix_ + "seats/"; }
   std::string node(absl::string_view node_id) const { return nodes() + EscapeKeySegment(node_id); }
+  std::string member(absl::string_view node_id) const {
+    return members() + EscapeKeySegment(node_id);
+  }
+  std::string seat(absl::string_view node_id) const { return seats() + EscapeKeySegment(node_id); }
   std::string inbox(absl::string_view node_id) const { return inbox() + EscapeKeySegment(node_id); }
   std::string outbox(absl::string_view node_id) const {
     return outbox() + EscapeKeySegment(node_id);

@@ -827,6 +827,22 @@ TEST_F(ElasticStateTest, AHostingNodeStaysUntilTheJobCloses) {
               ElementsAre("Exit 0"));
 }
 
+// ha=1: a node that may run a member of the job's own etcd stays, as a host
+// does, so that the job keeps its quorum; it is otherwise a node as any.
+TEST_F(ElasticStateTest, ANodeThatStaysUntilClosedWaitsForTheCloseOnceFinished) {
+  ElasticOptions options = Options();
+  options.stays_until_closed = true;
+  ElasticState member(options);
+  member.Start(At(0));
+  member.OnRdzv(rdzv_event::Joined{Assigned(0)}, At(1));
+  member.OnWorkersStarted(1, std::nullopt, At(1));
+  member.OnWorkerExit(kSuccess, Failure(0, 0), At(2));
+  EXPECT_THAT(member.OnRdzv(rdzv_event::DoneReported{absl::OkStatus()}, At(3)), IsEmpty());
+  EXPECT_EQ(member.phase(), AgentPhase::kFinishing);
+  EXPECT_THAT(Names(member.OnRdzv(JobClosed(true, "every node finished"), At(4))),
+              ElementsAre("Exit 0"));
+}
+
 TEST_F(ElasticStateTest, ANodeThatFinishedAsTheJobMovedOnJoinsTheNextRound) {
   ToFinishing();
   Actions aborted =

@@ -1,6 +1,7 @@
 """Several muster agents on loopback forming one job: the "Must work" items
 1-4 of the multi-node issue, with real agents and real workers."""
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ class MultiNodeTest(TempDirTest):
         self.port = reserve_port()
         self.agents = []
 
-    def agent(self, name, *args, nnodes="3", nproc="2", conf="", max_restarts="0"):
+    def agent(self, name, *args, nnodes="3", nproc="2", conf="", max_restarts="0", environ=None):
         """Starts one agent of job 'job' on this host; its output goes to <name>.out/.err."""
         rdzv_conf = "last_call_timeout=1,keep_alive_interval=0.5,heartbeat_timeout=3"
         if conf:
@@ -30,7 +31,7 @@ class MultiNodeTest(TempDirTest):
         command = [MUSTER, "--nnodes", nnodes, "--nproc-per-node", nproc, "--rdzv-backend", "c10d",
                    "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "job",
                    "--rdzv-conf", rdzv_conf, "--max-restarts", max_restarts, *args]
-        proc = subprocess.Popen(command, env=env(), stdout=out, stderr=err,
+        proc = subprocess.Popen(command, env=environ or env(), stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         self.addCleanup(self._reap, proc, out, err)
         self.agents.append(proc)
@@ -273,3 +274,28 @@ class HostingAgentLimits(MultiNodeTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipIf(not shutil.which("etcd"), "needs etcd (scripts/setup installs etcd-server)")
+class OwnEtcd(MultiNodeTest):
+    """ha=1 on one host: the first agent to take the port starts the job's
+    etcd, the others are its members and clients; without etcd on PATH, the
+    hosting agent says what to do."""
+
+    def test_three_agents_on_one_host_share_the_first_ones_etcd(self):
+        procs = [self.agent(f"n{i}", "--no-python", "/usr/bin/python3", RECORD, self.tmp,
+                            "--seconds", "12", conf="ha=1") for i in range(3)]
+        self.assertEqual(self.wait_all(procs, timeout=90), [0, 0, 0],
+                         self.errors(["n0", "n1", "n2"]))
+        self.assertEqual(sorted(r[2] for r in self.records()), [0, 1, 2, 3, 4, 5])
+        logs = [self.read(f"n{i}.err") for i in range(3)]
+        self.assertEqual(sum("hosting the rendezvous" in log for log in logs), 1, "\n".join(logs))
+        self.assertEqual(sum("is seated in the job's etcd cluster" in log for log in logs), 2,
+                         "\n".join(logs))
+
+    def test_without_etcd_on_path_the_hosting_agent_says_how_to_fix_it(self):
+        environ = {**env(), "PATH": self.tmp}
+        proc = self.agent("n0", "--no-python", "/bin/true", conf="ha=1", environ=environ)
+        self.assertEqual(proc.wait(timeout=30), 2, self.read("n0.err"))
+        self.assertIn("etcd is not on PATH: install etcd-server, or give ha=0 to every node",
+                      self.read("n0.err"))

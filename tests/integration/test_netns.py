@@ -27,10 +27,10 @@ def ip(*args, check=True):
 
 
 class Topology:
-    def __init__(self):
+    def __init__(self, hosts=HOSTS):
         tag = f"mu{os.getpid() % 100000}"
         self.switch = f"{tag}sw"
-        self.hosts = [f"{tag}h{i}" for i in range(HOSTS)]
+        self.hosts = [f"{tag}h{i}" for i in range(hosts)]
 
     def address(self, i):
         return f"{SUBNET}.{i + 1}"
@@ -78,9 +78,11 @@ SKIP_REASON = namespaces_usable()
 class HostsTest(TempDirTest):
     """Builds the hosts once per class; its agents are muster on those hosts."""
 
+    HOSTS = HOSTS
+
     @classmethod
     def setUpClass(cls):
-        cls.net = Topology()
+        cls.net = Topology(cls.HOSTS)
         try:
             cls.net.create()
         except subprocess.CalledProcessError as e:
@@ -295,6 +297,129 @@ class PartitionFromEtcd(PartitionFromMusterd):
     def server_log(self):
         return "\n".join(self.read(f"etcd/m{n}.log")[-2000:] for n in range(3))
 
+
+@unittest.skipIf(ETCD_SKIP_REASON, ETCD_SKIP_REASON or "")
+class OwnEtcd(HostsTest):
+    """Host mode with ha=1: the job's rendezvous on an etcd cluster of its
+    own nodes (a member on host 0 at the endpoint, two more added from the
+    nodes that join), so the job outlives the node that hosts it."""
+
+    HOSTS = 4
+    CONF = "ha=1"
+
+    def seated(self, indices):
+        """Whether the etcd members of the hosts `indices` have started."""
+        return all("the job's etcd member" in self.read(f"n{i}.err") and
+                   "started (pid" in self.read(f"n{i}.err") for i in indices)
+
+    def started_since(self, since, world):
+        """The ranks of a world of `world` started after `since`: rank -> when."""
+        out = {}
+        for path in glob.glob(self.path(f"env.*.{world}.*")):
+            if path.endswith(".tmp"):
+                continue  # written aside, then renamed
+            when = os.path.getmtime(path)
+            if when > since:
+                out[int(os.path.basename(path).split(".")[3])] = when
+        return out
+
+    def exit_codes(self, procs, indices, timeout):
+        """The exit codes of procs[i] for i in `indices`, each within `timeout`."""
+        try:
+            return [procs[i].wait(timeout=timeout) for i in indices]
+        except subprocess.TimeoutExpired as e:
+            self.fail(f"{e}\n{self.errors(indices)}")
+
+    def voters(self, indices):
+        """How many learners the leaders among `indices` promoted."""
+        return sum(self.read(f"n{i}.err").count("is a voter") for i in indices)
+
+    def test_the_job_outlives_the_hosting_node_killed(self):
+        procs = [self.agent(i, "--seconds", "25", nnodes="2:3", conf=self.CONF)
+                 for i in range(HOSTS)]
+        self.assertTrue(wait_for(lambda: len([r for r in self.records() if r[1] == 6]) == 6,
+                                 timeout=30), self.errors(range(HOSTS)))
+        # Three members before the loss: host 0's and one on each of the others.
+        self.assertTrue(wait_for(lambda: self.seated(range(HOSTS)) and
+                                 self.voters(range(HOSTS)) >= 2, timeout=30),
+                        self.errors(range(HOSTS)))
+        # `ip netns exec` execs muster: the pid is the agent's; its etcd dies with it.
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(timeout=10)
+        killed_at = time.time()
+        self.assertTrue(wait_for(lambda: len(self.started_since(killed_at, 4)) == 4, timeout=30),
+                        self.errors([1, 2]))
+        again = self.started_since(killed_at, 4)
+        print(f"\n  hosting node killed -> the other two training again: "
+              f"{max(again.values()) - killed_at:.2f} s", flush=True)
+        self.assertEqual(sorted(again), [0, 1, 2, 3])
+        self.assertEqual(self.exit_codes(procs, [1, 2], 60), [0, 0], self.errors([1, 2]))
+        # Losing a node spends no restart.
+        self.assertEqual({r[0] for r in self.records()}, {0})
+
+    def test_a_spare_replaces_the_lost_member_and_the_job_survives_a_second_loss(self):
+        # Four hosts for at most three nodes: host 3 waits as a spare.
+        procs = [self.agent(i, "--seconds", "30", nnodes="2:3", conf=self.CONF)
+                 for i in range(3)]
+        self.assertTrue(wait_for(lambda: len([r for r in self.records() if r[1] == 6]) == 6,
+                                 timeout=30), self.errors(range(3)))
+        procs.append(self.agent(3, "--seconds", "30", nnodes="2:3", conf=self.CONF))
+        self.assertTrue(wait_for(lambda: self.seated(range(3)) and self.voters(range(3)) >= 2,
+                                 timeout=30), self.errors(range(3)))
+        promoted = self.voters(range(1, 4))
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(timeout=10)
+        killed_at = time.time()
+        # The spare takes the lost node's seat in the job and its member's in etcd.
+        self.assertTrue(wait_for(lambda: len(self.started_since(killed_at, 6)) == 6, timeout=30),
+                        self.errors(range(1, 4)))
+        self.assertTrue(wait_for(lambda: self.seated([3]) and
+                                 self.voters(range(1, 4)) > promoted, timeout=30),
+                        self.errors(range(1, 4)))
+        # A second member node: host 1. Hosts 2 and 3 hold a majority of the three.
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait(timeout=10)
+        killed_at = time.time()
+        self.assertTrue(wait_for(lambda: len(self.started_since(killed_at, 4)) == 4, timeout=40),
+                        self.errors([2, 3]))
+        self.assertEqual(self.exit_codes(procs, [2, 3], 90), [0, 0], self.errors([2, 3]))
+        self.assertEqual({r[0] for r in self.records()}, {0})
+
+
+    def test_the_hosting_node_cut_off_stops_before_the_others_go_on(self):
+        # As PartitionFromEtcd: the cut node's heartbeat fails within the etcd
+        # client's 5 s, so its lease (heartbeat_timeout) is longer to match.
+        conf = self.CONF + ",heartbeat_timeout=10"
+        procs = [self.agent(i, "--seconds", "20", "--record-stop", nnodes="2:3", conf=conf)
+                 for i in range(3)]
+        self.assertTrue(wait_for(lambda: len([r for r in self.records() if r[1] == 6]) == 6,
+                                 timeout=30), self.errors(range(3)))
+        self.assertTrue(wait_for(lambda: self.seated(range(3)) and self.voters(range(3)) >= 2,
+                                 timeout=30), self.errors(range(3)))
+        self.net.cut(0)
+        cut_at = time.time()
+        # Hosts 1 and 2 hold two of the three members: they go on without host 0.
+        self.assertTrue(wait_for(lambda: len(self.started_since(cut_at, 4)) == 4, timeout=40),
+                        self.errors(range(3)))
+        new_round_at = min(self.started_since(cut_at, 4).values())
+        stops = self.stopped(0, 6)
+        # Ranks 0 and 1 are host 0's: gone before the new round began.
+        self.assertTrue({0, 1} <= set(stops), self.errors([0]))
+        self.assertLess(max(stops[0], stops[1]), new_round_at, self.errors([0]))
+        print(f"\n  hosting node cut -> its workers stopped {max(stops[0], stops[1]) - cut_at:.2f} s"
+              f", -> the others' new round {new_round_at - cut_at:.2f} s", flush=True)
+        # Back on the network, it learns it was dropped and joins again.
+        self.net.mend()
+        self.assertEqual(self.exit_codes(procs, [0, 1, 2], 90), [0, 0, 0], self.errors(range(3)))
+        self.assertRegex(self.read("n0.err"), "lease ended while it was away|was dropped from job")
+        self.assertEqual({r[0] for r in self.records()}, {0})
+
+    def stopped(self, restart, world):
+        """When the workers of that round stopped on SIGTERM: rank -> time."""
+        out = {}
+        for path in glob.glob(self.path(f"stop.{restart}.{world}.*")):
+            out[int(os.path.basename(path).split(".")[3])] = float(self.read(os.path.basename(path)))
+        return out
 
 TLS_SKIP_REASON = SKIP_REASON or openssl_missing()
 

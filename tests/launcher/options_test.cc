@@ -589,6 +589,14 @@ TEST(ParseCommandLineTest, RdzvConfValues) {
   EXPECT_EQ(Config({"--rdzv-conf=", "t.py"}).rdzv_conf.join_timeout, milliseconds(600'000));
 }
 
+TEST(ParseCommandLineTest, HaTakesABooleanAndIsOffUnlessGiven) {
+  EXPECT_FALSE(Config({"t.py"}).rdzv_conf.ha.has_value());
+  EXPECT_EQ(Config({"--rdzv-conf", "ha=1", "t.py"}).rdzv_conf.ha, true);
+  EXPECT_EQ(Config({"--rdzv-conf", "ha=false", "t.py"}).rdzv_conf.ha, false);
+  EXPECT_THAT(Error({"--rdzv-conf", "ha=maybe", "t.py"}),
+              HasSubstr("ha needs 1, 0, true, false, yes or no, not maybe"));
+}
+
 TEST(ParseCommandLineTest, TokenFileFromRdzvConfWinsOverMusterTokenFile) {
   EXPECT_EQ(Config({"t.py"}).rdzv_conf.token_file, "");
   EXPECT_EQ(Config({"--rdzv-conf", "token_file=/a/tok", "t.py"}).rdzv_conf.token_file, "/a/tok");

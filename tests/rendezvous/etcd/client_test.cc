@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -422,6 +424,80 @@ TEST_F(EtcdClientTest, AKilledLeaderIsSurvivedByCallsWatchesAndLeases) {
   ASSERT_TRUE(log.WaitForEvents(expected.size(), absl::Seconds(5)));
   EXPECT_THAT(Describe(log.events()), ElementsAreArray(expected));
   EXPECT_EQ(log.ends(), 0);
+}
+
+// The membership calls, on a learner that never starts (a voter not started
+// would cost the cluster its quorum margin; a learner costs nothing).
+TEST_F(EtcdClientTest, ListsAddsAndRemovesALearner) {
+  absl::StatusOr<std::vector<etcdserverpb::Member>> members = client_->MemberList();
+  ASSERT_TRUE(members.ok()) << members.status();
+  ASSERT_EQ(members->size(), 3u);
+  std::vector<std::string> endpoints;
+  for (const etcdserverpb::Member& member : *members) {
+    EXPECT_FALSE(member.islearner());
+    ASSERT_FALSE(member.clienturls().empty());
+    std::optional<std::string> endpoint = EndpointOfUrl(member.clienturls(0));
+    ASSERT_TRUE(endpoint.has_value()) << member.clienturls(0);
+    endpoints.push_back(*endpoint);
+  }
+  std::vector<std::string> expected = cluster_.endpoints();
+  std::sort(endpoints.begin(), endpoints.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(endpoints, expected);
+
+  // etcd adds a member once its members have been connected for 5 s.
+  absl::StatusOr<etcdserverpb::Member> added;
+  for (int i = 0; i < 40; ++i) {
+    added = client_->MemberAdd("http://127.0.0.1:9", true);
+    if (added.ok() || !absl::StrContains(added.status().message(), "unhealthy cluster")) break;
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_TRUE(added->islearner());
+  members = client_->MemberList();
+  ASSERT_TRUE(members.ok()) << members.status();
+  ASSERT_EQ(members->size(), 4u);
+  // Not started: no name, no client URL; and never in sync, so not promoted.
+  absl::Status promoted = client_->MemberPromote(added->id());
+  EXPECT_FALSE(promoted.ok());
+  ASSERT_TRUE(client_->MemberRemove(added->id()).ok());
+  members = client_->MemberList();
+  ASSERT_TRUE(members.ok()) << members.status();
+  EXPECT_EQ(members->size(), 3u);
+  EXPECT_TRUE(absl::IsNotFound(client_->MemberRemove(added->id())));
+}
+
+TEST(EndpointOfUrlTest, TakesTheHostAndPortOfAnHttpUrl) {
+  EXPECT_EQ(EndpointOfUrl("http://10.0.0.1:2379"), "10.0.0.1:2379");
+  EXPECT_EQ(EndpointOfUrl("https://[::1]:2379/"), "[::1]:2379");
+  EXPECT_EQ(EndpointOfUrl("unix://x:1"), std::nullopt);
+  EXPECT_EQ(EndpointOfUrl("http://10.0.0.1"), std::nullopt);
+  EXPECT_EQ(EndpointOfUrl("http://10.0.0.1:2379/v3"), std::nullopt);
+}
+
+// Given one member, a client with auto_sync_interval learns the others, and
+// goes on when the one it was given is killed.
+TEST_F(EtcdClientTest, FollowsTheMembersEtcdListsWhenTheOneItKnewDies) {
+  EtcdOptions options = Options();
+  options.endpoints = {cluster_.endpoints()[0]};
+  options.auto_sync_interval = absl::Milliseconds(100);
+  std::unique_ptr<EtcdClient> client = NewClient(options);
+  ASSERT_NE(client, nullptr);
+  const std::string p = Prefix();
+  ASSERT_TRUE(client->Put(p + "before", "1").ok());
+  absl::SleepFor(absl::Milliseconds(500));  // a few syncs
+  ASSERT_TRUE(Script("kill", "0").ok());
+  absl::StatusOr<int64_t> put = client->Put(p + "after", "2");
+  EXPECT_TRUE(put.ok()) << put.status();
+  ASSERT_TRUE(Script("start-member", "0").ok());
+  // Without the sync, a client of member 0 alone fails while it is away.
+  options.auto_sync_interval = absl::ZeroDuration();
+  options.call_timeout = absl::Seconds(1);
+  std::unique_ptr<EtcdClient> fixed = NewClient(options);
+  ASSERT_NE(fixed, nullptr);
+  ASSERT_TRUE(Script("kill", "0").ok());
+  EXPECT_FALSE(fixed->Put(p + "fixed", "3").ok());
+  ASSERT_TRUE(Script("start-member", "0").ok());
 }
 
 // With auth enabled, the client authenticates once and again when etcd drops
