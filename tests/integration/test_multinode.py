@@ -293,6 +293,29 @@ class OwnEtcd(MultiNodeTest):
         self.assertEqual(sum("is seated in the job's etcd cluster" in log for log in logs), 2,
                          "\n".join(logs))
 
+    def test_with_a_token_the_jobs_etcd_refuses_whoever_lacks_it(self):
+        token = self.path("token")
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("0123456789abcdef0123456789abcdef\n")
+        procs = [self.agent(f"n{i}", "--no-python", "/usr/bin/python3", RECORD, self.tmp,
+                            "--seconds", "8", nnodes="2", conf=f"ha=1,token_file={token}")
+                 for i in range(2)]
+        self.assertTrue(wait_for(lambda: len(self.records()) == 4, timeout=30),
+                        self.errors(["n0", "n1"]))
+        etcdctl = ["etcdctl", "--endpoints", f"127.0.0.1:{self.port}", "--dial-timeout=2s",
+                   "--command-timeout=3s", "get", "/muster/", "--prefix", "--keys-only"]
+        environ = {**env(), "ETCDCTL_API": "3"}
+        anyone = subprocess.run(etcdctl, capture_output=True, text=True, timeout=20, env=environ)
+        self.assertNotEqual(anyone.returncode, 0, anyone.stdout)
+        self.assertNotIn("/muster/v1/jobs/job/", anyone.stdout)
+        holder = subprocess.run(etcdctl + ["--user", "root:0123456789abcdef0123456789abcdef"],
+                                capture_output=True, text=True, timeout=20, env=environ)
+        self.assertEqual(holder.returncode, 0, holder.stderr)
+        self.assertIn("/muster/v1/jobs/job/", holder.stdout)
+        self.assertEqual(self.wait_all(procs, timeout=90), [0, 0], self.errors(["n0", "n1"]))
+        self.assertNotIn("takes no credential", self.read("n0.err"))
+
     def test_without_etcd_on_path_the_hosting_agent_says_how_to_fix_it(self):
         environ = {**env(), "PATH": self.tmp}
         proc = self.agent("n0", "--no-python", "/bin/true", conf="ha=1", environ=environ)
