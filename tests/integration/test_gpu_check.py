@@ -14,7 +14,8 @@ FAKE_NVML = os.environ.get("FAKE_NVML",
 
 # A worker that "uses" GPU LOCAL_RANK (SET_DEVICE=1) or GPU 0, as NVML
 # would show it, then works for RUN_FOR seconds. Local rank BUSY_AFTER_RANK
-# makes its GPU busy BUSY_AFTER seconds in.
+# makes its GPU busy BUSY_AFTER seconds in, with one atomic write: a file
+# rewritten in place could be read empty, which the fake takes for 0%.
 WORKER = """
 import os, time
 d = os.environ["FAKE_NVML_DIR"]
@@ -23,11 +24,15 @@ gpu = local if os.environ.get("SET_DEVICE") == "1" else "0"
 with open(os.path.join(d, "pids", str(os.getpid())), "w") as f:
     f.write(gpu)
 start = time.monotonic()
+busy = False
 while time.monotonic() - start < float(os.environ["RUN_FOR"]):
-    if local == os.environ.get("BUSY_AFTER_RANK") and \\
+    if not busy and local == os.environ.get("BUSY_AFTER_RANK") and \\
             time.monotonic() - start > float(os.environ["BUSY_AFTER"]):
-        with open(os.path.join(d, "util." + gpu), "w") as f:
+        # Once, and whole: the check must never read a half-written file.
+        with open(os.path.join(d, "util.tmp"), "w") as f:
             f.write("50")
+        os.replace(os.path.join(d, "util.tmp"), os.path.join(d, "util." + gpu))
+        busy = True
     time.sleep(0.1)
 """
 
