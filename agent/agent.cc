@@ -149,6 +149,20 @@ void BlockAgentSignals(const LaunchConfig& config) {
   signal(SIGPIPE, SIG_IGN);
 }
 
+void TakePendingAgentSignal(const LaunchConfig& config) {
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  for (int sig : AgentSignals(config)) {
+    if (sigismember(&pending, sig) != 1) continue;
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    signal(sig, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &one, nullptr);  // delivered here, and the end
+  }
+}
+
 class Agent::Impl {
  public:
   Impl(AgentOptions options, std::unique_ptr<rdzv::RendezvousClient> client, ProcessRunner* runner,

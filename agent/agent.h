@@ -54,6 +54,11 @@ struct AgentOptions {
 // signalfd.
 void BlockAgentSignals(const LaunchConfig& config);
 
+// For a wait before the agent runs, with nothing of its own to stop yet: one
+// of those signals pending ends this process, as it would have before they
+// were blocked (each ends a process by default).
+void TakePendingAgentSignal(const LaunchConfig& config);
+
 class Agent {
  public:
   // `client` talks to the rendezvous server of the job. `runner` (null: the

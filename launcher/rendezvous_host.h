@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/statusor.h"
+
 namespace muster {
 
 // "localhost", "::1" and 127.0.0.0/8: an endpoint only this machine reaches.
@@ -33,6 +35,32 @@ struct HostingFacts {
 // hosts, the others become its clients.
 bool ShouldHostRendezvous(const HostingFacts& facts,
                           const std::function<bool(const std::string& host)>& is_local_address);
+
+// What the hosting node of a c10d job knows when it chooses whether the
+// job's rendezvous lives on an etcd cluster of the job's own nodes (ha).
+struct HaFacts {
+  std::optional<bool> ha;  // --rdzv-conf ha, when given
+  int max_nodes = 1;       // --nnodes' MAX
+  bool etcd_on_path = false;
+  bool tls = false;         // cacert, cert or key given
+  bool munge_only = false;  // munge proves the agents, with no token
+};
+
+// The hosting node's choice: `on`, or host mode as ever; `why_not` is the
+// line that says, once, that the job will not outlive this node and how to
+// change that ("" where there is nothing to say: one node, or ha=0). An
+// error is a usage error: ha=1 where it cannot be kept.
+struct HaChoice {
+  bool on = false;
+  std::string why_not;
+};
+absl::StatusOr<HaChoice> ChooseHa(const HaFacts& facts);
+
+// A joining node follows what the hosting node chose, as the endpoint
+// answered (`host_serves_etcd`): its own ha, when given, must agree. An
+// error is a usage error that names the endpoint.
+absl::StatusOr<bool> FollowHostsHa(std::optional<bool> ha, bool host_serves_etcd,
+                                   const std::string& endpoint);
 
 // Where a hosting node's server listens for `endpoint_host`: the loopback
 // address itself when the endpoint is loopback (nobody else could dial it),

@@ -205,7 +205,7 @@ absl::StatusOr<std::unique_ptr<EtcdMember>> NewEtcdMember(const LaunchConfig& co
       absl::StrCat(GetEnv("TMPDIR").value_or("/tmp"), "/muster-etcd-", config.rdzv_id, "-XXXXXX");
   if (mkdtemp(pattern.data()) == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ha=1: cannot make a directory for the job's etcd member: ",
+        absl::StrCat("ha: cannot make a directory for the job's etcd member: ",
                      ErrnoToStatus(errno, "mkdtemp " + pattern).message()));
   }
   EtcdMemberOptions options;
@@ -222,54 +222,51 @@ absl::StatusOr<std::unique_ptr<EtcdMember>> NewEtcdMember(const LaunchConfig& co
 }
 
 // The member this node offers (nullptr: it has no etcd), the first of the
-// cluster when it hosts; `*hosts` turns false where another agent of this
-// host took the endpoint's port first (it is then that agent's client).
-// Errors are usage errors.
+// cluster when it hosts. AlreadyExists: it hosts, but another process of
+// this host took the endpoint's port first (is_host not given: another
+// agent, which this one joins). Other errors are usage errors.
 absl::StatusOr<std::shared_ptr<etcd::MemberHost>> SetUpOwnEtcdMember(const LaunchConfig& config,
                                                                      const Endpoint& endpoint,
                                                                      const std::string& address,
                                                                      const std::string& token,
-                                                                     bool* hosts) {
+                                                                     bool hosts) {
   const std::string path = GetEnv("PATH").value_or("/usr/bin:/bin");
   absl::StatusOr<std::string> etcd_path = ResolveExecutable("etcd", path);
-  if (!etcd_path.ok() && *hosts) {
+  if (!etcd_path.ok() && hosts) {
     return absl::InvalidArgumentError(
         "ha=1: this node hosts the rendezvous and must start the job's etcd, but etcd is not on "
         "PATH: install etcd-server, or give ha=0 to every node");
   }
   if (!etcd_path.ok()) {
     Logger("agent")->info(
-        "ha=1: etcd is not on PATH, so this node runs no member of the job's etcd cluster (it "
+        "ha: etcd is not on PATH, so this node runs no member of the job's etcd cluster (it "
         "still uses it); install etcd-server to let it stand in for a lost member");
     return std::shared_ptr<etcd::MemberHost>();
   }
   absl::StatusOr<std::unique_ptr<EtcdMember>> member =
-      NewEtcdMember(config, *etcd_path, address, *hosts ? endpoint.port : 0);
+      NewEtcdMember(config, *etcd_path, address, hosts ? endpoint.port : 0);
   if (!member.ok()) return member.status();
-  if (!*hosts) return NewMemberHost(*std::move(member), HostName());
+  if (!hosts) return NewMemberHost(*std::move(member), HostName());
   if (absl::Status started = (*member)->Start("", absl::Seconds(20)); !started.ok()) {
-    if (!absl::IsAlreadyExists(started) || config.rdzv_conf.is_host.value_or(false)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ha=1: this node hosts the rendezvous, but its etcd: ", started.message()));
+    if (absl::IsAlreadyExists(started) && !config.rdzv_conf.is_host.value_or(false)) {
+      return started;
     }
-    // Another agent of this host bound the port first: be its client.
-    *hosts = false;
-    member = NewEtcdMember(config, *etcd_path, address, 0);
-    if (!member.ok()) return member.status();
-    return NewMemberHost(*std::move(member), HostName());
+    return absl::InvalidArgumentError(
+        absl::StrCat("ha: this node hosts the rendezvous, but its etcd: ", started.message()));
   }
   if (absl::Status locked = EnableEtcdAuth((*member)->endpoint(), token); !locked.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ha=1: turning on the authentication of the job's etcd: ", locked.message()));
+        absl::StrCat("ha: turning on the authentication of the job's etcd: ", locked.message()));
   }
   return NewMemberHost(*std::move(member), HostName());
 }
 
-// Host mode with ha=1: the job's rendezvous on an etcd cluster of its own
+// Host mode with ha: the job's rendezvous on an etcd cluster of its own
 // nodes. The hosting node starts its first member at the endpoint; every
 // node that has etcd offers to run one (launcher/etcd_member.h), and the
-// agent elected keeps three (rendezvous/etcd/members.h). Errors are usage
-// errors.
+// agent elected keeps three (rendezvous/etcd/members.h). AlreadyExists:
+// another agent of this host took the endpoint's port first. Other errors
+// are usage errors.
 absl::StatusOr<Rendezvous> SetUpOwnEtcdRendezvous(const LaunchConfig& config,
                                                   const Endpoint& endpoint, bool hosts,
                                                   const std::string& token) {
@@ -277,11 +274,11 @@ absl::StatusOr<Rendezvous> SetUpOwnEtcdRendezvous(const LaunchConfig& config,
   const std::optional<std::string> address = SourceAddressTo(dial_host);
   if (!address) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ha=1: no route from this node to the rendezvous host ", endpoint.host,
+        absl::StrCat("ha: no route from this node to the rendezvous host ", endpoint.host,
                      "; check --rdzv-endpoint"));
   }
   absl::StatusOr<std::shared_ptr<etcd::MemberHost>> member_host =
-      SetUpOwnEtcdMember(config, endpoint, *address, token, &hosts);
+      SetUpOwnEtcdMember(config, endpoint, *address, token, hosts);
   if (!member_host.ok()) return member_host.status();
   etcd::EtcdOptions options;
   options.endpoints = {FormatEndpoint(dial_host, endpoint.port)};
@@ -298,13 +295,21 @@ absl::StatusOr<Rendezvous> SetUpOwnEtcdRendezvous(const LaunchConfig& config,
   rendezvous.keep_members = true;
   const bool has_member = *member_host != nullptr;
   rendezvous.member_host = *std::move(member_host);
-  Logger("agent")->info(
-      "{} the rendezvous for job '{}' on the job's own etcd cluster ({}; ha=1: the job outlives "
-      "the node that hosts it)",
-      hosts ? "hosting" : "joining", config.rdzv_id, FormatEndpoint(dial_host, endpoint.port));
+  const std::string auth = token.empty() ? "none" : "token";
+  if (hosts) {
+    Logger("agent")->info(
+        "hosting the rendezvous for job '{}' on port {} (auth: {}), on the job's own etcd "
+        "cluster (ha: the job outlives the node that hosts it; ha=0 keeps it there alone)",
+        config.rdzv_id, endpoint.port, auth);
+  } else {
+    Logger("agent")->info(
+        "rendezvous for job '{}' at {} (auth: {}), on the job's own etcd cluster (ha: the job "
+        "outlives the node that hosts it)",
+        config.rdzv_id, FormatEndpoint(dial_host, endpoint.port), auth);
+  }
   if (token.empty()) {
     Logger("agent")->warn(
-        "ha=1 without a token: the job's etcd takes no credential, so anyone who can reach its "
+        "ha without a token: the job's etcd takes no credential, so anyone who can reach its "
         "members can read and change this job; give every agent --rdzv-conf token_file=PATH (or "
         "MUSTER_TOKEN_FILE=PATH), a mode 600 file with one line of secret");
   }
@@ -313,6 +318,98 @@ absl::StatusOr<Rendezvous> SetUpOwnEtcdRendezvous(const LaunchConfig& config,
   out.own_address = *address;
   out.stays_until_closed = has_member;
   return out;
+}
+
+// Whether this c10d node runs the job on its own etcd cluster (ha). The
+// hosting node chooses (ChooseHa: why_not is for it to say once it hosts);
+// a joining node asks the endpoint what its host chose, until it answers
+// (join_timeout at most), and follows it. TLS: host mode, the endpoint not
+// asked (its members serve no TLS yet). DeadlineExceeded: no answer within
+// join_timeout; other errors are usage errors.
+absl::StatusOr<HaChoice> ChooseOwnEtcd(const LaunchConfig& config, const RdzvCredential& credential,
+                                       bool hosts, const std::string& target) {
+  const std::string path = GetEnv("PATH").value_or("/usr/bin:/bin");
+  const HaFacts facts{.ha = config.rdzv_conf.ha,
+                      .max_nodes = config.max_nodes,
+                      .etcd_on_path = ResolveExecutable("etcd", path).ok(),
+                      .tls = !credential.tls.empty(),
+                      .munge_only = credential.munge.has_value() && credential.token.empty()};
+  absl::StatusOr<HaChoice> choice = ChooseHa(facts);
+  if (!choice.ok() || hosts) return choice;
+  auto follow = [&](bool host_serves_etcd) -> absl::StatusOr<HaChoice> {
+    absl::StatusOr<bool> on = FollowHostsHa(config.rdzv_conf.ha, host_serves_etcd, target);
+    if (!on.ok()) return on.status();
+    return HaChoice{.on = *on, .why_not = ""};
+  };
+  if (facts.tls) return HaChoice{.on = false, .why_not = ""};
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + absl::FromChrono(config.rdzv_conf.join_timeout);
+  bool said = false;
+  for (;;) {
+    switch (etcd::ProbeEndpoint(target, absl::Seconds(2))) {
+      case etcd::EndpointServes::kEtcd: return follow(true);
+      case etcd::EndpointServes::kOther: return follow(false);
+      case etcd::EndpointServes::kNothingYet: break;
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no rendezvous answered at ", target, " within join_timeout (",
+          absl::FormatDuration(deadline - start),
+          "): is the node that hosts it (or musterd) running, and is --rdzv-endpoint right?"));
+    }
+    if (!said && absl::Now() - start > absl::Seconds(5)) {
+      Logger("agent")->info("waiting for the rendezvous host at {} to answer", target);
+      said = true;
+    }
+    TakePendingAgentSignal(config);
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+}
+
+// The server a hosting node runs: its credential, TLS and pings. Errors are
+// usage errors.
+absl::StatusOr<rdzv::ServerOptions> HostServerOptions(const LaunchConfig& config,
+                                                      const std::string& endpoint_host,
+                                                      const RdzvCredential& credential) {
+  const std::string& token = credential.token;
+  const rdzv::TlsFiles& tls = credential.tls;
+  rdzv::ServerOptions server_options;
+  server_options.token = token;  // the same as its agents': they call with it
+  // Shorter than the agents' own pings (heartbeat_timeout / 3), so this
+  // server does the pinging: a few hundred nodes at most. A stopped agent
+  // is dropped at most heartbeat_timeout plus a sixth of it (5 s at most)
+  // after it last answered (ServerOptions::ping_interval).
+  const absl::Duration heartbeat = absl::FromChrono(config.rdzv_conf.heartbeat_timeout);
+  server_options.ping_interval = std::clamp(heartbeat / 6, absl::Seconds(1), absl::Seconds(5));
+  server_options.ping_timeout = server_options.ping_interval;
+  if (!tls.empty()) {
+    // The same files as its agents': they check its certificate against
+    // cacert, and it requires theirs.
+    if (tls.cert.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "this node hosts the rendezvous (", endpoint_host,
+          " is its address) and TLS is on, but it has no certificate to serve with: give "
+          "--rdzv-conf cert=PATH,key=PATH (a certificate that cacert signed, naming ",
+          endpoint_host, "), or run musterd --tls-cert/--tls-key and is_host=0"));
+    }
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> checked =
+        rdzv::ServerTlsCredentials(tls);
+    if (!checked.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rendezvous TLS (--rdzv-conf cert, key) for the server this node hosts: ",
+                       checked.status().message()));
+    }
+    server_options.tls = tls;
+  }
+  if (credential.munge && token.empty()) {
+    // The job is its user's: no other uid may join, watch or stop it.
+    rdzv::MungeAuth munge_auth;
+    munge_auth.munge = *credential.munge;
+    munge_auth.only_own_uid = true;
+    server_options.munge = munge_auth;
+  }
+  server_options.metrics = config.rdzv_conf.metrics_port.has_value();
+  return server_options;
 }
 
 // `one_node`: standalone or static, where nobody else needs to reach the
@@ -343,57 +440,35 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
   const std::string auth = credential.Describe();
   // With client certificates the server lets in only holders of one.
   const bool unauthenticated = token.empty() && !credential.munge && tls.cert.empty();
-  const bool hosts = ShouldHostRendezvous(facts, IsLocalAddress);
-  if (config.rdzv_conf.ha.value_or(false))
-    return SetUpOwnEtcdRendezvous(config, *endpoint, hosts, token);
+  const std::string target = FormatEndpoint(dial_host, endpoint->port);
+  bool hosts = ShouldHostRendezvous(facts, IsLocalAddress);
+  absl::StatusOr<HaChoice> ha = ChooseOwnEtcd(config, credential, hosts, target);
+  if (!ha.ok()) return ha.status();
+  if (ha->on) {
+    absl::StatusOr<Rendezvous> own = SetUpOwnEtcdRendezvous(config, *endpoint, hosts, token);
+    if (!absl::IsAlreadyExists(own.status())) return own;
+    // Another agent of this host took the port first: join what it chose.
+    hosts = false;
+    ha = ChooseOwnEtcd(config, credential, hosts, target);
+    if (!ha.ok()) return ha.status();
+    if (ha->on) return SetUpOwnEtcdRendezvous(config, *endpoint, hosts, token);
+  }
   if (hosts) {
     // Every other node keeps a connection to this one open; the workers get
     // the limit back (ChildProcess::Spawn).
     if (std::optional<std::string> low = RaiseOpenFileLimit(4096, "nodes can connect")) {
       Logger("agent")->warn("{}", *low);
     }
-    rdzv::ServerOptions server_options;
-    server_options.token = token;  // the same as its agents': they call with it
-    // Shorter than the agents' own pings (heartbeat_timeout / 3), so this
-    // server does the pinging: a few hundred nodes at most. A stopped agent
-    // is dropped at most heartbeat_timeout plus a sixth of it (5 s at most)
-    // after it last answered (ServerOptions::ping_interval).
-    const absl::Duration heartbeat = absl::FromChrono(config.rdzv_conf.heartbeat_timeout);
-    server_options.ping_interval = std::clamp(heartbeat / 6, absl::Seconds(1), absl::Seconds(5));
-    server_options.ping_timeout = server_options.ping_interval;
-    if (!tls.empty()) {
-      // The same files as its agents': they check its certificate against
-      // cacert, and it requires theirs.
-      if (tls.cert.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "this node hosts the rendezvous (", endpoint->host,
-            " is its address) and TLS is on, but it has no certificate to serve with: give "
-            "--rdzv-conf cert=PATH,key=PATH (a certificate that cacert signed, naming ",
-            endpoint->host, "), or run musterd --tls-cert/--tls-key and is_host=0"));
-      }
-      absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> checked =
-          rdzv::ServerTlsCredentials(tls);
-      if (!checked.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("rendezvous TLS (--rdzv-conf cert, key) for the server this node hosts: ",
-                         checked.status().message()));
-      }
-      server_options.tls = tls;
-    }
-    if (credential.munge && token.empty()) {
-      // The job is its user's: no other uid may join, watch or stop it.
-      rdzv::MungeAuth munge_auth;
-      munge_auth.munge = *credential.munge;
-      munge_auth.only_own_uid = true;
-      server_options.munge = munge_auth;
-    }
-    server_options.metrics = config.rdzv_conf.metrics_port.has_value();
+    absl::StatusOr<rdzv::ServerOptions> server_options =
+        HostServerOptions(config, endpoint->host, credential);
+    if (!server_options.ok()) return server_options.status();
     absl::StatusOr<std::unique_ptr<rdzv::HostedRendezvous>> started =
-        rdzv::HostedRendezvous::Serve(BindHost(endpoint->host), endpoint->port, server_options);
+        rdzv::HostedRendezvous::Serve(BindHost(endpoint->host), endpoint->port, *server_options);
     if (started.ok()) {
       out.hosted = *std::move(started);
       // The other nodes reach this one at the endpoint's host.
       out.client = out.hosted->NewClient(dial_host);
+      if (!ha->why_not.empty()) Logger("agent")->warn("{}", ha->why_not);
       Logger("agent")->info("hosting the rendezvous for job '{}' on port {} (auth: {})",
                             config.rdzv_id, endpoint->port, auth);
       if (unauthenticated) WarnNoToken(FormatEndpoint(BindHost(endpoint->host), endpoint->port));
@@ -403,9 +478,11 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
       return absl::InvalidArgumentError(
           absl::StrCat("is_host=1, but ", started.status().message()));
     }
-    // Else another agent on this host bound it first: be its client.
+    // Else another agent on this host bound it first: join what it chose.
+    ha = ChooseOwnEtcd(config, credential, /*hosts=*/false, target);
+    if (!ha.ok()) return ha.status();
+    if (ha->on) return SetUpOwnEtcdRendezvous(config, *endpoint, /*hosts=*/false, token);
   }
-  const std::string target = FormatEndpoint(dial_host, endpoint->port);
   rdzv::ClientOptions client_options;
   client_options.keepalive = ClientKeepalive(config.rdzv_conf);
   client_options.token = token;
@@ -621,6 +698,12 @@ absl::StatusOr<int> RunLaunch(LaunchConfig config) {
                    : SetUpRendezvous(config, plan.one_node, !log_level, plan.credential);
   if (!rendezvous.ok()) {
     if (metrics->server != nullptr) MetricsServer::LeaveToExit(std::move(metrics->server));
+    if (absl::IsDeadlineExceeded(rendezvous.status())) {
+      // No host answered: the job's failure, as the agent's own join's.
+      std::fprintf(stderr, "muster: error: %s\n",
+                   std::string(rendezvous.status().message()).c_str());
+      return kExitWorkersFailed;
+    }
     return rendezvous.status();
   }
   if (metrics->server != nullptr) {

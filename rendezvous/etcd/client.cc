@@ -114,6 +114,34 @@ std::optional<std::string> EndpointOfUrl(absl::string_view url) {
   return std::string(url);
 }
 
+etcdserverpb::TxnRequest FencedTxn(const std::string& key, int64_t create_revision) {
+  etcdserverpb::TxnRequest txn;
+  etcdserverpb::Compare* compare = txn.add_compare();
+  compare->set_key(key);
+  compare->set_target(etcdserverpb::Compare::CREATE);
+  compare->set_result(etcdserverpb::Compare::EQUAL);
+  compare->set_create_revision(create_revision);
+  return txn;
+}
+
+EndpointServes ProbeEndpoint(const std::string& target, absl::Duration timeout) {
+  std::unique_ptr<etcdserverpb::Maintenance::Stub> stub = etcdserverpb::Maintenance::NewStub(
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  etcdserverpb::StatusResponse response;
+  const grpc::Status status = stub->Status(&context, etcdserverpb::StatusRequest(), &response);
+  switch (status.error_code()) {
+    case grpc::StatusCode::OK:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::PERMISSION_DENIED: return EndpointServes::kEtcd;
+    case grpc::StatusCode::UNIMPLEMENTED: return EndpointServes::kOther;
+    default:  // not up yet, or too busy to say: ask again
+      return EndpointServes::kNothingYet;
+  }
+}
+
 std::string PrefixEnd(absl::string_view prefix) {
   std::string end(prefix);
   while (!end.empty()) {

@@ -117,6 +117,19 @@ class EtcdWatch {
 // nullopt for one that is not http(s)://HOST:PORT.
 std::optional<std::string> EndpointOfUrl(absl::string_view url);
 
+// A transaction applied only while `key` is the one created at
+// `create_revision`: a leader's writes, void once its key is gone (its
+// lease ended) or was made anew by another agent. The caller adds the ops.
+etcdserverpb::TxnRequest FencedTxn(const std::string& key, int64_t create_revision);
+
+// What answers at `target` ("host:port", plaintext) within `timeout`: an
+// etcd member (any answer to etcd's Maintenance.Status, a refusal for want
+// of credentials included), a gRPC server without etcd's services (muster's
+// own rendezvous: UNIMPLEMENTED), or nothing yet (no answer, or one that
+// says neither).
+enum class EndpointServes { kNothingYet, kEtcd, kOther };
+EndpointServes ProbeEndpoint(const std::string& target, absl::Duration timeout);
+
 // Thread-safe: calls may come from any threads at once. Keepers and watches
 // may outlive the client that made them.
 //

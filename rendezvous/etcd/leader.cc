@@ -599,15 +599,7 @@ absl::Status Leader::Flush(absl::Time now) {
 }
 
 absl::Status Leader::Write(std::vector<etcdserverpb::RequestOp> ops) {
-  auto fenced = [this] {
-    etcdserverpb::TxnRequest txn;
-    etcdserverpb::Compare* compare = txn.add_compare();
-    compare->set_key(keys_.leader());
-    compare->set_target(etcdserverpb::Compare::CREATE);
-    compare->set_result(etcdserverpb::Compare::EQUAL);
-    compare->set_create_revision(options_.leader_revision);
-    return txn;
-  };
+  auto fenced = [this] { return FencedTxn(keys_.leader(), options_.leader_revision); };
   etcdserverpb::TxnRequest txn = fenced();
   size_t bytes = 0;
   for (etcdserverpb::RequestOp& op : ops) {

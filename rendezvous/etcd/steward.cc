@@ -105,12 +105,7 @@ void Steward::Seat(const MemberOffer& offer) {
   rdzv::EtcdMemberSeat seat;
   seat.set_initial_cluster(InitialCluster(cluster));
   // Written only while this agent still leads.
-  etcdserverpb::TxnRequest txn;
-  etcdserverpb::Compare* fence = txn.add_compare();
-  fence->set_key(keys_.leader());
-  fence->set_target(etcdserverpb::Compare::CREATE);
-  fence->set_result(etcdserverpb::Compare::EQUAL);
-  fence->set_create_revision(options_.leader_revision);
+  etcdserverpb::TxnRequest txn = FencedTxn(keys_.leader(), options_.leader_revision);
   etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
   put->set_key(keys_.seat(offer.node));
   put->set_value(seat.SerializeAsString());

@@ -275,16 +275,26 @@ class StoppedAgent(OnDemandWorkers, MusterdTest):
             self.assertEqual(agent.wait(timeout=60), 0, self.logs())
 
     def test_stopped_agent_is_dropped_by_a_hosting_agent(self):
-        """The hosting agent's server pings a third and a sixth of heartbeat_timeout."""
+        """The hosting agent's server (ha=0) pings a third and a sixth of heartbeat_timeout."""
+        self.stopped_agent_is_dropped_in_host_mode("was dropped from job 'stopped': node", "ha=0")
+
+    def test_stopped_agent_is_dropped_from_the_jobs_own_etcd(self):
+        """By default (ha), its lease runs out; its etcd member, not stopped, keeps serving."""
+        if not shutil.which("etcd"):
+            self.skipTest("needs etcd (scripts/setup installs etcd-server)")
+        self.stopped_agent_is_dropped_in_host_mode(
+            r"the rendezvous dropped this node \(node .* is not part of job 'stopped'\)")
+
+    def stopped_agent_is_dropped_in_host_mode(self, dropped, *conf):
+        """`dropped`: what the stopped agent says, continued (a regular expression)."""
         port = reserve_port()
-        agents = [self.agent(n, f"127.0.0.1:{port}") for n in range(3)]
+        agents = [self.agent(n, f"127.0.0.1:{port}", *conf) for n in range(3)]
         self.pids(0, ranks=3)
         hosts = [n for n in range(3) if "hosting the rendezvous" in self.read(f"agent{n}.err")]
         self.assertEqual(len(hosts), 1, self.logs())
         stopped = [n for n in range(3) if n != hosts[0]][-1]
         self.check_stop_and_continue(agents, stopped)
-        said = wait_for(lambda: "was dropped from job 'stopped': node" in
-                        self.read(f"agent{stopped}.err"), timeout=30)
+        said = wait_for(lambda: re.search(dropped, self.read(f"agent{stopped}.err")), timeout=30)
         self.assertTrue(said, self.logs())
         self.finish_workers()
         for agent in agents:

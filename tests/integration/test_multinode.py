@@ -214,9 +214,10 @@ class LostNodes(MultiNodeTest):
             p.send_signal(signal.SIGTERM)
         self.assertEqual(self.wait_all(survivors), [143, 143], self.errors(["n0", "n1", "n2"]))
 
-    def test_host_killed_the_others_stop_with_a_clear_error(self):
+    def test_with_ha_0_the_host_killed_the_others_stop_with_a_clear_error(self):
+        # ha=0: the rendezvous lives in the hosting agent alone (OwnEtcd has the default).
         procs = [self.agent(f"n{i}", "--no-python", "/usr/bin/python3", RECORD, self.tmp,
-                            "--seconds", "30", nnodes="2:3") for i in range(3)]
+                            "--seconds", "30", nnodes="2:3", conf="ha=0") for i in range(3)]
         started = wait_for(lambda: len([r for r in self.records() if r[1] == 6]) == 6, timeout=30)
         self.assertTrue(started, self.errors(["n0", "n1", "n2"]))
         host = next(i for i in range(3) if "hosting the rendezvous" in self.read(f"n{i}.err"))
@@ -272,19 +273,17 @@ class HostingAgentLimits(MultiNodeTest):
             self.assertEqual(os.stat(path).st_mode & 0o077, 0, f"{path} is open to others")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 @unittest.skipIf(not shutil.which("etcd"), "needs etcd (scripts/setup installs etcd-server)")
 class OwnEtcd(MultiNodeTest):
-    """ha=1 on one host: the first agent to take the port starts the job's
-    etcd, the others are its members and clients; without etcd on PATH, the
-    hosting agent says what to do."""
+    """The default where etcd is installed (ha), on one host: the first agent
+    to take the port starts the job's etcd, the others ask the port what it
+    serves and become its members and clients. Without etcd on PATH, host
+    mode says once that the job will not outlive its host (ha=1: refused,
+    saying what to do); a node whose ha disagrees with the host's is refused."""
 
     def test_three_agents_on_one_host_share_the_first_ones_etcd(self):
         procs = [self.agent(f"n{i}", "--no-python", "/usr/bin/python3", RECORD, self.tmp,
-                            "--seconds", "12", conf="ha=1") for i in range(3)]
+                            "--seconds", "12") for i in range(3)]
         self.assertEqual(self.wait_all(procs, timeout=90), [0, 0, 0],
                          self.errors(["n0", "n1", "n2"]))
         self.assertEqual(sorted(r[2] for r in self.records()), [0, 1, 2, 3, 4, 5])
@@ -299,7 +298,7 @@ class OwnEtcd(MultiNodeTest):
         with os.fdopen(fd, "w") as f:
             f.write("0123456789abcdef0123456789abcdef\n")
         procs = [self.agent(f"n{i}", "--no-python", "/usr/bin/python3", RECORD, self.tmp,
-                            "--seconds", "8", nnodes="2", conf=f"ha=1,token_file={token}")
+                            "--seconds", "8", nnodes="2", conf=f"token_file={token}")
                  for i in range(2)]
         self.assertTrue(wait_for(lambda: len(self.records()) == 4, timeout=30),
                         self.errors(["n0", "n1"]))
@@ -322,3 +321,35 @@ class OwnEtcd(MultiNodeTest):
         self.assertEqual(proc.wait(timeout=30), 2, self.read("n0.err"))
         self.assertIn("etcd is not on PATH: install etcd-server, or give ha=0 to every node",
                       self.read("n0.err"))
+
+    def test_by_default_without_etcd_host_mode_says_once_the_job_will_not_outlive_its_host(self):
+        environ = {**env(), "PATH": self.tmp}
+        procs = [self.agent(f"n{i}", "--no-python", "/bin/true", nnodes="2", environ=environ)
+                 for i in range(2)]
+        self.assertEqual(self.wait_all(procs, timeout=60), [0, 0], self.errors(["n0", "n1"]))
+        logs = "".join(self.read(f"n{i}.err") for i in range(2))
+        self.assertEqual(logs.count("so the job will not outlive this node (etcd is not on PATH: "
+                                    "install etcd-server"), 1, logs)
+        self.assertNotIn("on the job's own etcd cluster", logs)
+
+    def test_a_node_whose_ha_disagrees_with_the_hosts_is_refused(self):
+        for host_conf, joiner_conf, refusal in [
+                ("", "ha=0,is_host=0", "ha=0 on this node, but the rendezvous host at "
+                                       f"127.0.0.1:{self.port} keeps the job on an etcd cluster"),
+                ("ha=0", "ha=1,is_host=0", "ha=1 on this node, but the rendezvous host at "
+                                           f"127.0.0.1:{self.port} runs host mode without it")]:
+            with self.subTest(host=host_conf, joiner=joiner_conf):
+                host = self.agent("host", "--no-python", "/bin/true", nnodes="2", conf=host_conf)
+                self.assertTrue(wait_for(lambda: "hosting the rendezvous" in self.read("host.err"),
+                                         timeout=30), self.read("host.err"))
+                joiner = self.agent("joiner", "--no-python", "/bin/true", nnodes="2",
+                                    conf=joiner_conf)
+                self.assertEqual(joiner.wait(timeout=30), 2, self.read("joiner.err"))
+                self.assertIn(refusal, self.read("joiner.err"))
+                self.assertIn("give every node the same ha, or none", self.read("joiner.err"))
+                host.send_signal(signal.SIGTERM)
+                self.assertEqual(host.wait(timeout=30), 143, self.read("host.err"))
+
+
+if __name__ == "__main__":
+    unittest.main()

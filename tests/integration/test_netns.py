@@ -99,14 +99,19 @@ class HostsTest(TempDirTest):
         self.net.mend()
         self.addCleanup(self.net.mend)
 
+    # Given to every c10d agent: "ha=0" where the rendezvous must live in
+    # host 0's agent alone; "" for the default (ha where etcd is installed).
+    HA = ""
+
     def agent(self, i, *args, nnodes="3", conf="", program=None, own_shm=False,
               backend="c10d", endpoint=None):
         """Host i's agent running RECORD with args, or `program` (a list) instead.
         own_shm: the host gets its own /dev/shm, as a container has. The
         rendezvous is host 0's (c10d), unless backend and endpoint say."""
         rdzv_conf = "last_call_timeout=1,keep_alive_interval=0.5,heartbeat_timeout=3"
-        if conf:
-            rdzv_conf += "," + conf
+        for extra in (self.HA if backend == "c10d" else "", conf):
+            if extra:
+                rdzv_conf += "," + extra
         out = open(self.path(f"n{i}.out"), "w")
         err = open(self.path(f"n{i}.err"), "w")
         if program is None:
@@ -131,6 +136,10 @@ class HostsTest(TempDirTest):
 
 @unittest.skipIf(SKIP_REASON, SKIP_REASON or "")
 class SeveralHosts(HostsTest):
+    """Host mode as ever (ha=0): the rendezvous in host 0's agent."""
+
+    HA = "ha=0"
+
     def test_three_hosts_form_one_job_with_host_0_as_master(self):
         procs = [self.agent(i) for i in range(HOSTS)]
         codes = [p.wait(timeout=60) for p in procs]
@@ -300,12 +309,12 @@ class PartitionFromEtcd(PartitionFromMusterd):
 
 @unittest.skipIf(ETCD_SKIP_REASON, ETCD_SKIP_REASON or "")
 class OwnEtcd(HostsTest):
-    """Host mode with ha=1: the job's rendezvous on an etcd cluster of its
-    own nodes (a member on host 0 at the endpoint, two more added from the
-    nodes that join), so the job outlives the node that hosts it."""
+    """Host mode by default, where etcd is installed (ha): the job's
+    rendezvous on an etcd cluster of its own nodes (a member on host 0 at
+    the endpoint, two more added from the nodes that join), so the job
+    outlives the node that hosts it."""
 
     HOSTS = 4
-    CONF = "ha=1"
 
     def seated(self, indices):
         """Whether the etcd members of the hosts `indices` have started."""
@@ -335,7 +344,7 @@ class OwnEtcd(HostsTest):
         return sum(self.read(f"n{i}.err").count("is a voter") for i in indices)
 
     def test_the_job_outlives_the_hosting_node_killed(self):
-        procs = [self.agent(i, "--seconds", "25", nnodes="2:3", conf=self.CONF)
+        procs = [self.agent(i, "--seconds", "25", nnodes="2:3")
                  for i in range(HOSTS)]
         self.assertTrue(wait_for(lambda: len([r for r in self.records() if r[1] == 6]) == 6,
                                  timeout=30), self.errors(range(HOSTS)))
@@ -359,11 +368,11 @@ class OwnEtcd(HostsTest):
 
     def test_a_spare_replaces_the_lost_member_and_the_job_survives_a_second_loss(self):
         # Four hosts for at most three nodes: host 3 waits as a spare.
-        procs = [self.agent(i, "--seconds", "30", nnodes="2:3", conf=self.CONF)
+        procs = [self.agent(i, "--seconds", "30", nnodes="2:3")
                  for i in range(3)]
         self.assertTrue(wait_for(lambda: len([r for r in self.records() if r[1] == 6]) == 6,
                                  timeout=30), self.errors(range(3)))
-        procs.append(self.agent(3, "--seconds", "30", nnodes="2:3", conf=self.CONF))
+        procs.append(self.agent(3, "--seconds", "30", nnodes="2:3"))
         self.assertTrue(wait_for(lambda: self.seated(range(3)) and self.voters(range(3)) >= 2,
                                  timeout=30), self.errors(range(3)))
         promoted = self.voters(range(1, 4))
@@ -389,7 +398,7 @@ class OwnEtcd(HostsTest):
     def test_the_hosting_node_cut_off_stops_before_the_others_go_on(self):
         # As PartitionFromEtcd: the cut node's heartbeat fails within the etcd
         # client's 5 s, so its lease (heartbeat_timeout) is longer to match.
-        conf = self.CONF + ",heartbeat_timeout=10"
+        conf = "heartbeat_timeout=10"
         procs = [self.agent(i, "--seconds", "20", "--record-stop", nnodes="2:3", conf=conf)
                  for i in range(3)]
         self.assertTrue(wait_for(lambda: len([r for r in self.records() if r[1] == 6]) == 6,

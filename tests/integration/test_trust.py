@@ -131,7 +131,9 @@ class TokenAuth(TrustTest):
         token = self.token_file()
         port = reserve_port()
         outdir = self.path("out")
-        host = self.agent("host", f"127.0.0.1:{port}", outdir, "is_host=1", f"token_file={token}")
+        # ha=0: the hosting agent's own server (the job's etcd: test_multinode.OwnEtcd).
+        host = self.agent("host", f"127.0.0.1:{port}", outdir, "is_host=1", "ha=0",
+                          f"token_file={token}")
         other = self.agent("other", f"127.0.0.1:{port}", outdir, "is_host=0",
                            MUSTER_TOKEN_FILE=token)
         self.assertTrue(wait_for(lambda: len(self.records(outdir)) == 2, 30),

@@ -10,6 +10,7 @@ namespace muster {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 // A stand-in for IsLocalAddress: the hosts it says are local, and every
@@ -103,6 +104,91 @@ TEST(IsLoopbackTest, NamesAndAddresses) {
   EXPECT_FALSE(IsLoopback("10.0.0.1"));
   EXPECT_FALSE(IsLoopback("localhost.example.com"));
   EXPECT_FALSE(IsLoopback("1270.0.0.1"));
+}
+
+HaFacts Multinode() {
+  HaFacts facts;
+  facts.max_nodes = 3;
+  facts.etcd_on_path = true;
+  return facts;
+}
+
+TEST(ChooseHaTest, OnByDefaultForTwoOrMoreNodesWhereEtcdIsInstalled) {
+  absl::StatusOr<HaChoice> choice = ChooseHa(Multinode());
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_TRUE(choice->on);
+  EXPECT_EQ(choice->why_not, "");
+}
+
+TEST(ChooseHaTest, OneNodeOrHaZeroIsHostModeWithoutAWord) {
+  HaFacts one = Multinode();
+  one.max_nodes = 1;
+  HaFacts off = Multinode();
+  off.ha = false;
+  off.etcd_on_path = false;
+  for (const HaFacts& facts : {one, off}) {
+    absl::StatusOr<HaChoice> choice = ChooseHa(facts);
+    ASSERT_TRUE(choice.ok()) << choice.status();
+    EXPECT_FALSE(choice->on);
+    EXPECT_EQ(choice->why_not, "");
+  }
+}
+
+TEST(ChooseHaTest, WithoutEtcdHostModeSaysTheJobWillNotOutliveThisNodeAndHowToChangeIt) {
+  HaFacts facts = Multinode();
+  facts.etcd_on_path = false;
+  absl::StatusOr<HaChoice> choice = ChooseHa(facts);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_FALSE(choice->on);
+  EXPECT_THAT(choice->why_not, HasSubstr("the job will not outlive this node"));
+  EXPECT_THAT(choice->why_not, HasSubstr("etcd is not on PATH: install etcd-server"));
+  EXPECT_THAT(choice->why_not, HasSubstr("ha=0 says this on purpose"));
+}
+
+TEST(ChooseHaTest, TlsOrMungeAloneFallBackByDefaultAndRefuseHaOne) {
+  HaFacts tls = Multinode();
+  tls.tls = true;
+  HaFacts munge = Multinode();
+  munge.munge_only = true;
+  for (const auto& [facts, missing] : {std::pair{tls, "do not serve TLS yet"},
+                                       std::pair{munge, "munge gives its members no secret"}}) {
+    absl::StatusOr<HaChoice> choice = ChooseHa(facts);
+    ASSERT_TRUE(choice.ok()) << choice.status();
+    EXPECT_FALSE(choice->on);
+    EXPECT_THAT(choice->why_not, HasSubstr(missing));
+    HaFacts asked = facts;
+    asked.ha = true;
+    choice = ChooseHa(asked);
+    ASSERT_FALSE(choice.ok());
+    EXPECT_THAT(choice.status().message(), HasSubstr("ha=1 cannot keep this job's credential"));
+    EXPECT_THAT(choice.status().message(), HasSubstr(missing));
+  }
+}
+
+TEST(ChooseHaTest, HaOneIsOnWithoutEtcdForTheCallerToRefuseWithItsPath) {
+  HaFacts facts = Multinode();
+  facts.ha = true;
+  facts.etcd_on_path = false;
+  facts.max_nodes = 1;
+  absl::StatusOr<HaChoice> choice = ChooseHa(facts);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_TRUE(choice->on);
+}
+
+TEST(FollowHostsHaTest, AJoinerFollowsTheHostUnlessItsOwnHaDisagrees) {
+  for (bool etcd : {false, true}) {
+    EXPECT_EQ(FollowHostsHa(std::nullopt, etcd, "n0:29400").value_or(!etcd), etcd);
+    EXPECT_EQ(FollowHostsHa(etcd, etcd, "n0:29400").value_or(!etcd), etcd);
+  }
+  absl::StatusOr<bool> on = FollowHostsHa(true, false, "n0:29400");
+  ASSERT_FALSE(on.ok());
+  EXPECT_THAT(on.status().message(),
+              HasSubstr("ha=1 on this node, but the rendezvous host at n0:29400 runs host mode"));
+  absl::StatusOr<bool> off = FollowHostsHa(false, true, "n0:29400");
+  ASSERT_FALSE(off.ok());
+  EXPECT_THAT(off.status().message(),
+              HasSubstr("ha=0 on this node, but the rendezvous host at n0:29400 keeps the job on "
+                        "an etcd cluster"));
 }
 
 }  // namespace

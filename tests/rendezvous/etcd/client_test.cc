@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <gmock/gmock.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/ascii.h"
@@ -535,6 +537,9 @@ TEST_F(EtcdClientTest, AuthenticatesAndAuthenticatesAgainWhenTheTokenIsDropped) 
   EXPECT_EQ(got->kv->value(), "2");
   ASSERT_TRUE(log.WaitForEvents(2, absl::Seconds(5)));
 
+  // Its answer to a client without credentials still says it is etcd.
+  EXPECT_EQ(ProbeEndpoint(Options().endpoints[0], absl::Seconds(5)), EndpointServes::kEtcd);
+
   options.password = "wrong";
   std::unique_ptr<EtcdClient> wrong = NewClient(options);
   ASSERT_NE(wrong, nullptr);
@@ -553,6 +558,26 @@ TEST(EtcdClientWithoutClusterTest, AnUnreachableClusterIsUnavailableWithinTheCal
   absl::Status status = (*client)->Put("k", "v").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_THAT(status.message(), HasSubstr("127.0.0.1:1"));
+}
+
+TEST_F(EtcdClientTest, ProbeSaysAnEtcdMemberAnswers) {
+  EXPECT_EQ(ProbeEndpoint(Options().endpoints[0], absl::Seconds(5)), EndpointServes::kEtcd);
+}
+
+// Needs no cluster: muster's own rendezvous stands for any gRPC server
+// without etcd's services.
+TEST(EtcdClientWithoutClusterTest, ProbeTellsAServerWithoutEtcdFromNothingYet) {
+  EXPECT_EQ(ProbeEndpoint("127.0.0.1:1", absl::Seconds(2)), EndpointServes::kNothingYet);
+  int port = 0;
+  grpc::CallbackGenericService unimplemented;  // its every method answers UNIMPLEMENTED
+  grpc::ServerBuilder builder;
+  builder.RegisterCallbackGenericService(&unimplemented);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(ProbeEndpoint(absl::StrCat("127.0.0.1:", port), absl::Seconds(5)),
+            EndpointServes::kOther);
+  server->Shutdown();
 }
 
 // A cluster that serves its clients over mutual TLS, with certificates
