@@ -11,8 +11,10 @@ Start-up: N agents (--nnodes N, one worker each), from the moment the first
 agent is started until every worker has started.
 
 --backend says which rendezvous the agents use:
-  muster  (the default) muster's c10d rendezvous hosted by an agent, and
-          torchrun's c10d for the ratio (unless --skip-torchrun).
+  muster  (the default) muster's c10d rendezvous hosted by an agent (in its
+          own server: ha=0, which --backend ha compares with the default
+          where etcd is installed), and torchrun's c10d for the ratio
+          (unless --skip-torchrun).
   etcd    --rdzv-backend etcd on a 3-member etcd cluster on loopback
           (tests/etcd/cluster.sh, started in a temporary directory for the
           bench and stopped at its end), and for comparison, in the same run,
@@ -20,7 +22,7 @@ agent is started until every worker has started.
           --rdzv-conf is_host=0), the same musterd with --state-dir (it syncs
           its journal, as etcd syncs its log), and the hosting agent.
   both    all of them.
-  ha      the hosting agent as it is and with --rdzv-conf ha=1 (the job's
+  ha      the hosting agent with ha=0 and with --rdzv-conf ha=1 (the job's
           rendezvous on an etcd cluster of its own agents: the hosting one
           starts its first member, the others offer theirs), in the same
           run, and what ha=1 adds (issue 36: at most 1 s at start with 16
@@ -85,13 +87,16 @@ def reserved_port():
 def agent_command(launcher, muster, nnodes, port, job, max_restarts, directory, torch_interval,
                   conf="", endpoint=None):
     """conf: more --rdzv-conf KEY=VALUE pairs for muster (token_file=..., TLS files).
-    launcher: "muster" (the agent on `port` hosts the rendezvous), "musterd"
+    launcher: "muster" (the agent on `port` hosts the rendezvous; in its own
+    server, ha=0, unless conf gives ha), "musterd"
     (a musterd at `endpoint`, HOST:PORT), "etcd" (the etcd members at
     `endpoint`, HOST:PORT,...) or "torchrun"."""
     worker = ["sh", "-c", WORKER, "worker", directory]
     if launcher in ("muster", "musterd", "etcd"):
+        own_server = launcher == "muster" and "ha=" not in conf
         rdzv_conf = ",".join(filter(None, ["last_call_timeout=1",
-                                           "is_host=0" if launcher == "musterd" else "", conf]))
+                                           "is_host=0" if launcher == "musterd" else "",
+                                           "ha=0" if own_server else "", conf]))
         backend = "etcd" if launcher == "etcd" else "c10d"
         where = f"127.0.0.1:{port}" if launcher == "muster" else endpoint
         return [muster, "--nnodes", str(nnodes), "--nproc-per-node", "1", "--rdzv-backend", backend,
@@ -255,7 +260,7 @@ def spread(values, digits):
 
 # The rendezvous the agents of each row use, with --backend etcd or both:
 # (name, label).
-SERVED = [("muster", "muster, an agent hosts c10d"),
+SERVED = [("muster", "muster, an agent hosts c10d (ha=0)"),
           ("musterd", "muster, musterd"),
           ("musterd-durable", "muster, musterd --state-dir"),
           ("etcd", "muster, etcd (3 members)")]
@@ -351,7 +356,8 @@ def failover(muster, heartbeat_timeout, log_dir=None):
 
 def run_ha(args):
     """The hosting agent without and with ha=1, runs interleaved."""
-    rows = [("", "muster, an agent hosts c10d"), ("ha=1", "muster, ha=1 (the job's own etcd)")]
+    rows = [("", "muster, an agent hosts c10d (ha=0)"),
+            ("ha=1", "muster, ha=1 (the job's own etcd)")]
     restart = {conf: [] for conf, _ in rows}
     start = {conf: [] for conf, _ in rows}
     for _ in range(args.runs):

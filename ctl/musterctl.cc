@@ -185,8 +185,11 @@ class Operator {
       case grpc::StatusCode::INVALID_ARGUMENT:
       case grpc::StatusCode::RESOURCE_EXHAUSTED: return No(status.error_message());
       case grpc::StatusCode::UNIMPLEMENTED:
-        return No(absl::StrCat(connection_.endpoint,
-                               " does not serve this call: a muster older than musterctl?"));
+        return No(absl::StrCat(
+            connection_.endpoint,
+            " does not serve this call: it is a job's own etcd cluster (ha, host mode's default "
+            "where etcd is installed), which musterctl does not read yet (start the job with "
+            "--rdzv-conf ha=0 to use musterctl on it), or a muster older than musterctl"));
       default:
         return No(absl::StrCat(
             "cannot ask ", connection_.endpoint, ": ", status.error_message(), " (",

@@ -172,6 +172,8 @@ class Install(unittest.TestCase):
         for package in ("libc6", "libstdc++6", "libgrpc++1.51", "libprotobuf32", "passwd"):
             self.assertIn(package, depends, fields["Depends"])
         self.assertTrue(any(d.startswith("libabsl") for d in depends), fields["Depends"])
+        # What host mode's job keeps its rendezvous on, so it outlives its hosting node.
+        self.assertEqual(fields.get("Recommends"), "etcd-server", info)
         contents = run(["dpkg-deb", "-c", self.deb]).stdout
         files = {line.split()[-1].lstrip(".") for line in contents.splitlines()}
         expected = {"/usr/bin/muster", "/usr/bin/musterd", "/usr/bin/musterctl",

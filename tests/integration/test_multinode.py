@@ -8,8 +8,9 @@ import subprocess
 import time
 import unittest
 
-from harness import (DDP_TRAIN, MUSTER, WORKERS, TempDirTest, env, muster, reserve_port,
+from harness import (DDP_TRAIN, MUSTER, WORKERS, TempDirTest, env, muster, reserve_port, run,
                      wait_for, worker_records)
+from test_visibility import MUSTERCTL
 
 RECORD = os.path.join(WORKERS, "record.py")
 
@@ -321,6 +322,19 @@ class OwnEtcd(MultiNodeTest):
         self.assertEqual(proc.wait(timeout=30), 2, self.read("n0.err"))
         self.assertIn("etcd is not on PATH: install etcd-server, or give ha=0 to every node",
                       self.read("n0.err"))
+
+    def test_musterctl_says_it_does_not_read_the_jobs_etcd_yet(self):
+        procs = [self.agent(f"n{i}", "--no-python", "/usr/bin/python3", RECORD, self.tmp,
+                            "--seconds", "8", nnodes="2") for i in range(2)]
+        self.assertTrue(wait_for(lambda: len(self.records()) == 4, timeout=30),
+                        self.errors(["n0", "n1"]))
+        result = run([MUSTERCTL, "status", "--endpoint", f"127.0.0.1:{self.port}", "job"],
+                     timeout=30)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("it is a job's own etcd cluster (ha, host mode's default where etcd is "
+                      "installed), which musterctl does not read yet (start the job with "
+                      "--rdzv-conf ha=0", result.stderr)
+        self.assertEqual(self.wait_all(procs, timeout=60), [0, 0], self.errors(["n0", "n1"]))
 
     def test_by_default_without_etcd_host_mode_says_once_the_job_will_not_outlive_its_host(self):
         environ = {**env(), "PATH": self.tmp}
