@@ -441,19 +441,13 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
   // With client certificates the server lets in only holders of one.
   const bool unauthenticated = token.empty() && !credential.munge && tls.cert.empty();
   const std::string target = FormatEndpoint(dial_host, endpoint->port);
-  bool hosts = ShouldHostRendezvous(facts, IsLocalAddress);
+  const bool hosts = ShouldHostRendezvous(facts, IsLocalAddress);
   absl::StatusOr<HaChoice> ha = ChooseOwnEtcd(config, credential, hosts, target);
   if (!ha.ok()) return ha.status();
   if (ha->on) {
     absl::StatusOr<Rendezvous> own = SetUpOwnEtcdRendezvous(config, *endpoint, hosts, token);
     if (!absl::IsAlreadyExists(own.status())) return own;
-    // Another agent of this host took the port first: join what it chose.
-    hosts = false;
-    ha = ChooseOwnEtcd(config, credential, hosts, target);
-    if (!ha.ok()) return ha.status();
-    if (ha->on) return SetUpOwnEtcdRendezvous(config, *endpoint, hosts, token);
-  }
-  if (hosts) {
+  } else if (hosts) {
     // Every other node keeps a connection to this one open; the workers get
     // the limit back (ChildProcess::Spawn).
     if (std::optional<std::string> low = RaiseOpenFileLimit(4096, "nodes can connect")) {
@@ -478,7 +472,10 @@ absl::StatusOr<Rendezvous> SetUpRendezvous(const LaunchConfig& config, bool one_
       return absl::InvalidArgumentError(
           absl::StrCat("is_host=1, but ", started.status().message()));
     }
-    // Else another agent on this host bound it first: join what it chose.
+  }
+  if (hosts) {
+    // Another agent of this host took the port first (for etcd or for its
+    // own server): join what it chose.
     ha = ChooseOwnEtcd(config, credential, /*hosts=*/false, target);
     if (!ha.ok()) return ha.status();
     if (ha->on) return SetUpOwnEtcdRendezvous(config, *endpoint, /*hosts=*/false, token);
