@@ -31,9 +31,9 @@ using rdzv::WatchEvent;
 
 // How soon a campaign that etcd did not answer, or a leader that stopped
 // while this agent still holds the leader key, is tried again.
-constexpr absl::Duration kRetry = absl::Seconds(1);
+constexpr absl::Duration kCampaignRetry = absl::Seconds(1);
 // The worker looks at its deadlines at least this often.
-constexpr absl::Duration kMaxWait = absl::Seconds(1);
+constexpr absl::Duration kWorkerMaxWait = absl::Seconds(1);
 constexpr absl::Duration kLingerPoll = absl::Milliseconds(100);
 
 class EtcdRendezvous final : public rdzv::RendezvousClient {
@@ -237,7 +237,7 @@ void EtcdRendezvous::Work() {
     Completions completions;
     {
       absl::MutexLock lock(&mu_);
-      absl::Time wake = absl::Now() + kMaxWait;
+      absl::Time wake = absl::Now() + kWorkerMaxWait;
       if (!timers_.empty()) wake = std::min(wake, timers_.begin()->first);
       if (join_) wake = std::min(wake, join_->deadline);
       for (const auto& [seq, report] : reports_) wake = std::min(wake, report.deadline);
@@ -308,7 +308,7 @@ void EtcdRendezvous::AwaitTheLastAgent() {
   if (!closed->kv) return LeaveCluster();
   // Every agent holds a lease until it leaves (revoked), or until its TTL
   // after it died; the closed key holds one of its own.
-  const absl::Time deadline = absl::Now() + options_.lease_ttl + kMaxWait;
+  const absl::Time deadline = absl::Now() + options_.lease_ttl + kWorkerMaxWait;
   bool said = false;
   while (absl::Now() < deadline) {
     absl::StatusOr<std::vector<int64_t>> leases = options_.etcd->Leases();
@@ -582,7 +582,7 @@ void EtcdRendezvous::Campaign() {
   txn.add_failure()->mutable_request_range()->set_key(keys_.leader());
   absl::StatusOr<etcdserverpb::TxnResponse> response = options_.etcd->Txn(txn);
   if (!response.ok()) {
-    PostAfter(kRetry, [this] { Campaign(); });
+    PostAfter(kCampaignRetry, [this] { Campaign(); });
     return;
   }
   if (response->succeeded()) {
@@ -717,10 +717,10 @@ void EtcdRendezvous::OnLeaderEnded(uint64_t generation, const absl::Status& stat
   leader_.reset();
   if (absl::IsFailedPrecondition(status)) {
     // The leader key is gone: someone else may lead; stand again.
-    PostAfter(kRetry, [this] { Campaign(); });
+    PostAfter(kCampaignRetry, [this] { Campaign(); });
   } else {
     // Still this agent's key: nobody else can lead, so lead again.
-    PostAfter(kRetry, [this, generation] {
+    PostAfter(kCampaignRetry, [this, generation] {
       if (generation == lease_generation_ && lease_ != 0 && !leader_) StartLeader();
     });
   }

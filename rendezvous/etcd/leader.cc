@@ -37,9 +37,9 @@ constexpr int kMaxOpsPerTxn = 120;
 constexpr size_t kMaxBytesPerTxn = 1 << 20;
 constexpr size_t kMaxStateBytes = 1'400'000;
 // How long the leader waits between tries while etcd does not answer.
-constexpr absl::Duration kRetry = absl::Milliseconds(500);
+constexpr absl::Duration kEtcdRetry = absl::Milliseconds(500);
 // The timer looks again at least this often.
-constexpr absl::Duration kMaxWait = absl::Seconds(1);
+constexpr absl::Duration kTimerMaxWait = absl::Seconds(1);
 
 // What the watches hand the leader's thread.
 struct Input {
@@ -165,13 +165,13 @@ void Leader::Run() {
     if (status.ok() || absl::IsFailedPrecondition(status)) break;
     logger_->warn("rendezvous leader of job '{}': {}; trying again", options_.job_id,
                   status.message());
-    if (SleepUnlessStopped(kRetry)) return;
+    if (SleepUnlessStopped(kEtcdRetry)) return;
   }
   while (status.ok()) {
     std::deque<Input> batch;
     {
       absl::MutexLock lock(&mu_);
-      absl::Duration wait = kMaxWait;
+      absl::Duration wait = kTimerMaxWait;
       if (std::optional<absl::Time> next = state_->NextDeadline()) {
         wait = std::min(wait, *next - options_.clock->Now());
       }
@@ -632,7 +632,7 @@ absl::Status Leader::Commit(const etcdserverpb::TxnRequest& txn) {
     if (!absl::IsUnavailable(response.status()) && !absl::IsDeadlineExceeded(response.status())) {
       return response.status();
     }
-    if (SleepUnlessStopped(kRetry)) return absl::CancelledError("stopping");
+    if (SleepUnlessStopped(kEtcdRetry)) return absl::CancelledError("stopping");
   }
 }
 

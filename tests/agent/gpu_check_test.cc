@@ -21,8 +21,8 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
-const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
-absl::Time At(double seconds) { return kT0 + absl::Seconds(seconds); }
+const absl::Time kStart = absl::FromUnixSeconds(1'700'000'000);
+absl::Time AtSecond(double seconds) { return kStart + absl::Seconds(seconds); }
 
 class FakeGpus final : public GpuSource {
  public:
@@ -74,12 +74,12 @@ class GpuCheckTest : public ::testing::Test {
     });
     workers_.clear();
     for (int i = 0; i < workers; ++i) workers_.push_back({100 + i, 8 + i, i});
-    check_->RoundStarted(workers_, At(0));
+    check_->RoundStarted(workers_, AtSecond(0));
   }
   // Runs every timer due up to `t`; what they said, in order.
   GpuCheckOutput RunUntil(double t) {
     GpuCheckOutput all;
-    while (check_->NextDeadline() && *check_->NextDeadline() <= At(t)) {
+    while (check_->NextDeadline() && *check_->NextDeadline() <= AtSecond(t)) {
       GpuCheckOutput out = check_->OnTimer(*check_->NextDeadline());
       for (auto& w : out.warnings) all.warnings.push_back(w);
       for (auto& c : out.cleared) all.cleared.push_back(c);
@@ -95,7 +95,7 @@ class GpuCheckTest : public ::testing::Test {
   // The faults the timers due up to `t` found.
   std::vector<std::string> RunUntilFaults(double t) {
     std::vector<std::string> faults;
-    while (check_->NextDeadline() && *check_->NextDeadline() <= At(t)) {
+    while (check_->NextDeadline() && *check_->NextDeadline() <= AtSecond(t)) {
       GpuCheckOutput out = check_->OnTimer(*check_->NextDeadline());
       faults.insert(faults.end(), out.faults.begin(), out.faults.end());
     }
@@ -260,7 +260,7 @@ TEST_F(GpuCheckTest, ANewRoundSaysItsPictureAfresh) {
   Place({0, 0});
   ASSERT_THAT(RunUntil(10).warnings, SizeIs(1));
   check_->RoundEnded();
-  check_->RoundStarted(workers_, At(100));
+  check_->RoundStarted(workers_, AtSecond(100));
   EXPECT_THAT(RunUntil(110).warnings, SizeIs(1)) << "the restarted workers share GPU 0 again";
 }
 
@@ -268,8 +268,8 @@ TEST_F(GpuCheckTest, NoChecksBetweenRounds) {
   Make(2, 2);
   check_->RoundEnded();
   EXPECT_FALSE(check_->NextDeadline());
-  check_->RoundStarted(workers_, At(100));
-  EXPECT_EQ(check_->NextDeadline(), At(105));
+  check_->RoundStarted(workers_, AtSecond(100));
+  EXPECT_EQ(check_->NextDeadline(), AtSecond(105));
 }
 
 TEST_F(GpuCheckTest, AnUnreadableGpuIsSaidOnceAndLeftOut) {
@@ -289,7 +289,7 @@ class GpuReleaseTest : public GpuCheckTest {
   // Runs every timer due up to `t`; the release, once the wait ended.
   std::optional<GpuRelease> ReleaseBy(double t) {
     std::optional<GpuRelease> release;
-    while (check_->NextDeadline() && *check_->NextDeadline() <= At(t)) {
+    while (check_->NextDeadline() && *check_->NextDeadline() <= AtSecond(t)) {
       GpuCheckOutput out = check_->OnTimer(*check_->NextDeadline());
       if (out.release) release = out.release;
     }
@@ -300,8 +300,8 @@ class GpuReleaseTest : public GpuCheckTest {
 TEST_F(GpuReleaseTest, NothingHeldStartsAtOnce) {
   Make(2, 2);
   check_->RoundEnded();
-  check_->AwaitRelease({100, 101}, kAgent, At(10), absl::Seconds(50));
-  EXPECT_EQ(check_->NextDeadline(), At(10)) << "it looks at once";
+  check_->AwaitRelease({100, 101}, kAgent, AtSecond(10), absl::Seconds(50));
+  EXPECT_EQ(check_->NextDeadline(), AtSecond(10)) << "it looks at once";
   std::optional<GpuRelease> release = ReleaseBy(10);
   ASSERT_TRUE(release);
   EXPECT_EQ(release->waited, absl::ZeroDuration());
@@ -313,9 +313,9 @@ TEST_F(GpuReleaseTest, AnOldWorkerThatStillHoldsMemoryIsWaitedForUntilItIsGone) 
   Make(2, 2);
   check_->RoundEnded();
   Place({0, 1});  // the old workers' contexts are still there
-  check_->AwaitRelease({100, 101}, kAgent, At(10), absl::Seconds(50));
+  check_->AwaitRelease({100, 101}, kAgent, AtSecond(10), absl::Seconds(50));
   EXPECT_FALSE(ReleaseBy(12.9));
-  EXPECT_EQ(*check_->NextDeadline(), At(13)) << "looked again every 100 ms";
+  EXPECT_EQ(*check_->NextDeadline(), AtSecond(13)) << "looked again every 100 ms";
   fake_->processes.clear();  // gone 3 s after
   std::optional<GpuRelease> release = ReleaseBy(13.05);
   ASSERT_TRUE(release);
@@ -329,7 +329,7 @@ TEST_F(GpuReleaseTest, WhatAWorkerStartedCountsAndOthersProcessesDoNot) {
   parents_[300] = kAgent;                 // a worker's child, reparented to the agent
   parents_[301] = 300;                    // and its own child
   fake_->processes[0] = {300, 301, 999};  // 999: another job's
-  check_->AwaitRelease({100, 101}, kAgent, At(0), absl::Seconds(1));
+  check_->AwaitRelease({100, 101}, kAgent, AtSecond(0), absl::Seconds(1));
   std::optional<GpuRelease> release = ReleaseBy(1);
   ASSERT_TRUE(release) << "the bound ran out";
   EXPECT_EQ(release->waited, absl::Seconds(1));
@@ -343,8 +343,8 @@ TEST_F(GpuReleaseTest, AGpuThatCannotBeReadIsSaidAndNotWaitedFor) {
   Make(2, 2);
   check_->RoundEnded();
   fake_->broken.insert(1);
-  check_->AwaitRelease({100}, kAgent, At(0), absl::Seconds(5));
-  GpuCheckOutput out = check_->OnTimer(At(0));
+  check_->AwaitRelease({100}, kAgent, AtSecond(0), absl::Seconds(5));
+  GpuCheckOutput out = check_->OnTimer(AtSecond(0));
   ASSERT_TRUE(out.release);
   EXPECT_THAT(out.errors, SizeIs(1));
 }

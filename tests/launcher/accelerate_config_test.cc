@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "launcher/accelerate_file.h"
 #include "launcher/command_line.h"
+#include "tests/launcher/env.h"
 
 namespace muster {
 namespace {
@@ -25,8 +26,6 @@ using ::testing::IsEmpty;
 using ::testing::Key;
 using ::testing::Not;
 using ::testing::Pair;
-
-using Env = std::map<std::string, std::string>;
 
 constexpr char kMultiGpu[] = R"(compute_environment: LOCAL_MACHINE
 distributed_type: MULTI_GPU

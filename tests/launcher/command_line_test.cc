@@ -6,13 +6,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/launcher/env.h"
 
 namespace muster {
 namespace {
 
 using ::testing::HasSubstr;
-
-using Env = std::map<std::string, std::string>;
 
 // What sbatch --nodes 2 --gres gpu:4 and srun --ntasks-per-node 1 set, on node 1.
 const Env kSlurmNode1 = {{"SLURM_JOB_ID", "4242"},
@@ -36,11 +35,6 @@ CommandLine Ok(std::vector<std::string> args, const Env& env) {
   absl::StatusOr<CommandLine> read = Read(std::move(args), env);
   EXPECT_TRUE(read.ok()) << read.status();
   return read.ok() ? *std::move(read) : CommandLine{};
-}
-
-Env With(Env env, const std::string& name, const std::string& value) {
-  env[name] = value;
-  return env;
 }
 
 TEST(ReadCommandLineTest, OutsideSlurmIsTheCommandLineAlone) {

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/launcher/env.h"
 
 namespace muster {
 namespace {
@@ -24,8 +25,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::MatchesRegex;
 using ::testing::Not;
-
-using Env = std::map<std::string, std::string>;
 
 // Parses `muster <args...>` with `env` as the whole environment.
 absl::StatusOr<ParsedCommandLine> Parse(std::vector<std::string> args, const Env& env = {}) {

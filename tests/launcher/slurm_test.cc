@@ -6,14 +6,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/launcher/env.h"
+
 namespace muster {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-using Env = std::map<std::string, std::string>;
 
 absl::StatusOr<std::optional<SlurmJob>> Detect(const Env& vars) {
   return DetectSlurm([&](const char* name) -> std::optional<std::string> {
@@ -31,15 +31,6 @@ const Env kTwoNodes = {{"SLURM_JOB_ID", "4242"},
                        {"SLURM_GPUS_ON_NODE", "4"},
                        {"SLURM_NTASKS_PER_NODE", "1"},
                        {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}};
-
-Env With(Env vars, const std::string& name, const std::string& value) {
-  vars[name] = value;
-  return vars;
-}
-Env Without(Env vars, const std::string& name) {
-  vars.erase(name);
-  return vars;
-}
 
 TEST(DetectSlurmTest, OutsideAnAllocationThereIsNothing) {
   absl::StatusOr<std::optional<SlurmJob>> job = Detect({{"PATH", "/bin"}});

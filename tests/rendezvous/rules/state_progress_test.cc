@@ -474,7 +474,7 @@ TEST_F(ProgressTest, EveryNodeOfAJobGivesTheSameRules) {
 
 // ---------------------------------------------------------------- the journal
 
-StateOptions Journaled() {
+StateOptions WithJournal() {
   StateOptions options;
   options.journal = true;
   return options;
@@ -482,10 +482,10 @@ StateOptions Journaled() {
 
 class DurableProgressTest : public ProgressTest {
  protected:
-  DurableProgressTest() : ProgressTest(Journaled()) {}
+  DurableProgressTest() : ProgressTest(WithJournal()) {}
   void Restart(absl::Time now) {
     std::vector<JournalRecord> records = journal_;
-    storage_.emplace(Journaled());
+    storage_.emplace(WithJournal());
     for (const JournalRecord& record : records) {
       absl::Status restored = state_.Restore(record, now);
       EXPECT_TRUE(restored.ok()) << restored;

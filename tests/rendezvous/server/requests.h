@@ -6,10 +6,17 @@
 
 #include <string>
 
+#include "absl/time/time.h"
 #include "proto/rendezvous.pb.h"
 #include "rendezvous/rules/protocol.h"
 
 namespace muster::rdzv {
+
+// The deadline of the tests' calls: shorter than kPendingWait (pending.h), so
+// a callback always lands before a test gives up on it.
+inline constexpr absl::Duration kRpc = absl::Seconds(5);
+// The token of the servers that take one.
+inline constexpr char kToken[] = "s3cret-token-0123456789abcdef";
 
 inline JoinRequest MakeJoin(const std::string& job, const std::string& node, int nodes = 1) {
   JoinRequest request;

@@ -35,9 +35,6 @@ ClientOptions WithToken(std::string token, std::string token_file = "") {
 
 using ::testing::HasSubstr;
 
-constexpr char kToken[] = "s3cret-token-0123456789abcdef";
-constexpr absl::Duration kRpc = absl::Seconds(5);
-
 // What an outsider puts on its call's `authorization` metadata.
 struct Credential {
   const char* name;

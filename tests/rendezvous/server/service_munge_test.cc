@@ -37,7 +37,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kRpc = absl::Seconds(5);
 constexpr uid_t kNobody = 65534;
 
 class MungeServiceTest : public PrivateMungedTest {

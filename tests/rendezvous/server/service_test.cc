@@ -34,6 +34,7 @@
 #include "rendezvous/rules/protocol.h"
 #include "tests/rendezvous/server/fake_time_hub.h"
 #include "tests/rendezvous/server/pending.h"
+#include "tests/rendezvous/server/requests.h"
 #include "tests/reserved_port.h"
 
 namespace muster::rdzv {
@@ -44,8 +45,6 @@ using ::testing::UnorderedElementsAre;
 
 // The longest any single step may take before the test fails.
 constexpr absl::Duration kWait = kPendingWait;
-// RPC deadlines: shorter than kWait, so a callback always lands first.
-constexpr absl::Duration kRpc = absl::Seconds(5);
 
 // Records a watch stream's events and its end.
 class WatchLog {
@@ -127,8 +126,8 @@ class WatchLog {
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
-JoinRequest MakeJoin(const std::string& job, const std::string& node, int min, int max,
-                     int local_world_size = 1, int port = 29500) {
+JoinRequest MakeRangeJoin(const std::string& job, const std::string& node, int min, int max,
+                          int local_world_size = 1, int port = 29500) {
   JoinRequest request;
   request.set_job_id(job);
   JobConfig* config = request.mutable_config();
@@ -245,7 +244,7 @@ class ServiceTest : public ::testing::Test {
 TEST_F(ServiceTest, OneNodeStandaloneJobCompletes) {
   auto client = NewClient();
   absl::StatusOr<Assignment> assignment =
-      Join(*client, MakeJoin("solo", "a", 1, 1, /*local_world_size=*/4, /*port=*/31234));
+      Join(*client, MakeRangeJoin("solo", "a", 1, 1, /*local_world_size=*/4, /*port=*/31234));
   ASSERT_TRUE(assignment.ok()) << assignment.status();
   EXPECT_EQ(assignment->round(), 0);
   EXPECT_EQ(assignment->group_rank(), 0);
@@ -276,8 +275,8 @@ TEST_F(ServiceTest, TwoNodesGetDistinctRanksAndTheSameMaster) {
   auto client_b = NewClient();
   Pending<absl::StatusOr<Assignment>> join_a;
   Pending<absl::StatusOr<Assignment>> join_b;
-  client_a->Join(MakeJoin("pair", "a", 2, 2, 2, 40001), kRpc, join_a.Callback());
-  client_b->Join(MakeJoin("pair", "b", 2, 2, 2, 40002), kRpc, join_b.Callback());
+  client_a->Join(MakeRangeJoin("pair", "a", 2, 2, 2, 40001), kRpc, join_a.Callback());
+  client_b->Join(MakeRangeJoin("pair", "b", 2, 2, 2, 40002), kRpc, join_b.Callback());
   absl::StatusOr<Assignment> a = join_a.Wait();
   absl::StatusOr<Assignment> b = join_b.Wait();
   ASSERT_TRUE(a.ok()) << a.status();
@@ -294,8 +293,8 @@ TEST_F(ServiceTest, TwoNodesGetDistinctRanksAndTheSameMaster) {
 TEST_F(ServiceTest, WatchSeesTheOtherNodesFailureAndTheJobsClose) {
   auto client_a = NewClient();
   auto client_b = NewClient();
-  JoinRequest request_a = MakeJoin("watched", "a", 2, 2);
-  JoinRequest request_b = MakeJoin("watched", "b", 2, 2);
+  JoinRequest request_a = MakeRangeJoin("watched", "a", 2, 2);
+  JoinRequest request_b = MakeRangeJoin("watched", "b", 2, 2);
   {
     Pending<absl::StatusOr<Assignment>> join_a;
     client_a->Join(request_a, kRpc, join_a.Callback());
@@ -340,8 +339,8 @@ TEST_F(ServiceTest, WatchSeesTheOtherNodesFailureAndTheJobsClose) {
 TEST_F(ServiceTest, AnOpenWatchIsTheNodesHeartbeatAndItsEndStartsTheTimeout) {
   auto client_a = NewClient();
   auto client_b = NewClient();
-  JoinRequest request_a = MakeJoin("beat", "a", 1, 2);
-  JoinRequest request_b = MakeJoin("beat", "b", 1, 2);
+  JoinRequest request_a = MakeRangeJoin("beat", "a", 1, 2);
+  JoinRequest request_b = MakeRangeJoin("beat", "b", 1, 2);
   for (JoinRequest* request : {&request_a, &request_b}) {
     request->mutable_config()->set_heartbeat_timeout_ms(1'000);
     request->mutable_config()->set_last_call_timeout_ms(10'000);
@@ -380,7 +379,7 @@ TEST_F(ServiceTest, AnOpenWatchIsTheNodesHeartbeatAndItsEndStartsTheTimeout) {
 
 TEST_F(ServiceTest, WatchOpenedLateStartsWithTheMissedEvent) {
   auto client = NewClient();
-  absl::StatusOr<Assignment> a = Join(*client, MakeJoin("late", "a", 1, 1));
+  absl::StatusOr<Assignment> a = Join(*client, MakeRangeJoin("late", "a", 1, 1));
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(ReportFailure(*client, "late", "a", 0, a->node_secret()).ok());
   WatchLog watch;
@@ -397,10 +396,10 @@ TEST_F(ServiceTest, WatchOpenedLateStartsWithTheMissedEvent) {
 
 TEST_F(ServiceTest, JoinToAClosedJobFailsWithFailedPrecondition) {
   auto client = NewClient();
-  absl::StatusOr<Assignment> a = Join(*client, MakeJoin("over", "a", 1, 1));
+  absl::StatusOr<Assignment> a = Join(*client, MakeRangeJoin("over", "a", 1, 1));
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(ReportDone(*client, "over", "a", 0, a->node_secret()).ok());
-  absl::StatusOr<Assignment> late = Join(*client, MakeJoin("over", "b", 1, 1));
+  absl::StatusOr<Assignment> late = Join(*client, MakeRangeJoin("over", "b", 1, 1));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(late.status().message(), HasSubstr("closed"));
 }
@@ -408,13 +407,13 @@ TEST_F(ServiceTest, JoinToAClosedJobFailsWithFailedPrecondition) {
 TEST_F(ServiceTest, ConfigMismatchFailsWithFailedPrecondition) {
   auto client = NewClient();
   Pending<absl::StatusOr<Assignment>> first;
-  client->Join(MakeJoin("cfg", "a", 2, 2), kRpc, first.Callback());
+  client->Join(MakeRangeJoin("cfg", "a", 2, 2), kRpc, first.Callback());
   ASSERT_TRUE(
       WaitForStatus(*client, "cfg", [](const StatusResponse& s) { return s.participants() == 1; }));
-  absl::StatusOr<Assignment> other = Join(*client, MakeJoin("cfg", "b", 2, 3));
+  absl::StatusOr<Assignment> other = Join(*client, MakeRangeJoin("cfg", "b", 2, 3));
   EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(other.status().message(), HasSubstr("--nnodes 2:3"));
-  absl::StatusOr<Assignment> bad = Join(*client, MakeJoin("has space", "c", 1, 1));
+  absl::StatusOr<Assignment> bad = Join(*client, MakeRangeJoin("has space", "c", 1, 1));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(first.Done());
 }
@@ -429,10 +428,10 @@ class ServiceShutdownTest : public ServiceTest {
     RendezvousServer& server = *server_;
     // A node watches its running job (a node watches once it has its secret),
     // while another node's join waits.
-    absl::StatusOr<Assignment> running = Join(client, MakeJoin("cut-running", "a", 1, 1));
+    absl::StatusOr<Assignment> running = Join(client, MakeRangeJoin("cut-running", "a", 1, 1));
     EXPECT_TRUE(running.ok()) << running.status();
     Pending<absl::StatusOr<Assignment>> join;
-    client.Join(MakeJoin("cut", "a", 2, 2), kRpc, join.Callback());
+    client.Join(MakeRangeJoin("cut", "a", 2, 2), kRpc, join.Callback());
     EXPECT_TRUE(WaitForStatus(client, "cut",
                               [](const StatusResponse& s) { return s.participants() == 1; }));
     WatchLog watch;
@@ -507,7 +506,7 @@ TEST(ServiceStartTest, JoinWaitsForAServerThatStartsWithinTheDeadline) {
   ASSERT_GT(port, 0);
   auto client = RendezvousClient::Create("127.0.0.1:" + std::to_string(port));
   Pending<absl::StatusOr<Assignment>> join;
-  client->Join(MakeJoin("early", "a", 1, 1), kRpc, join.Callback());
+  client->Join(MakeRangeJoin("early", "a", 1, 1), kRpc, join.Callback());
   // A second attempt: the client saw its first one fail, and kept the join.
   ASSERT_TRUE(not_yet.TurnAwayNext(kWait)) << "the client never tried to connect";
   ASSERT_TRUE(not_yet.TurnAwayNext(kWait)) << "the client did not try again";
@@ -527,7 +526,7 @@ TEST_F(ServiceTest, SecondServerOnTheSamePortFailsWithAlreadyExists) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists) << second.status();
   // The first one still serves.
   auto client = NewClient();
-  EXPECT_TRUE(Join(*client, MakeJoin("still", "a", 1, 1)).ok());
+  EXPECT_TRUE(Join(*client, MakeRangeJoin("still", "a", 1, 1)).ok());
 }
 
 // The server's side of every connection it accepted on `port`, found among
@@ -553,7 +552,7 @@ std::vector<int> AcceptedSockets(int port) {
 
 TEST_F(ServiceTest, AcceptedConnectionsHaveTcpKeepaliveEverySecond) {
   auto client = NewClient();
-  ASSERT_TRUE(Join(*client, MakeJoin("probed", "a", 1, 1)).ok());  // connects
+  ASSERT_TRUE(Join(*client, MakeRangeJoin("probed", "a", 1, 1)).ok());  // connects
   const std::vector<int> accepted = AcceptedSockets(server_->port());
   ASSERT_FALSE(accepted.empty()) << "no accepted connection on port " << server_->port();
   for (int fd : accepted) {
@@ -601,7 +600,7 @@ std::pair<uint32_t, uint32_t> IdleTraffic(const ServerOptions& options, absl::Du
     client_options.keepalive = keepalive;
     return client_options;
   }());
-  JoinRequest join = MakeJoin("idle", "a", 1, 1);
+  JoinRequest join = MakeRangeJoin("idle", "a", 1, 1);
   absl::StatusOr<Assignment> assigned = client->JoinSync(join, kRpc);
   EXPECT_TRUE(assigned.ok());
   WatchLog watch;
@@ -643,7 +642,7 @@ TEST(KeepaliveTest, AnIdleConnectionWithoutProbesOrPingsIsSilent) {
 TEST_F(ServiceTest, ClientDestructorWithAPendingJoinReturnsPromptly) {
   auto client = NewClient();
   Pending<absl::StatusOr<Assignment>> join;
-  client->Join(MakeJoin("gone", "a", 2, 2), absl::Seconds(60), join.Callback());
+  client->Join(MakeRangeJoin("gone", "a", 2, 2), absl::Seconds(60), join.Callback());
   auto observer = NewClient();
   ASSERT_TRUE(WaitForStatus(*observer, "gone",
                             [](const StatusResponse& s) { return s.participants() == 1; }));
@@ -665,7 +664,7 @@ TEST_F(ServiceTest, ClientDestructorWithAPendingJoinReturnsPromptly) {
 TEST_F(ServiceTest, CancelledJoinDoesNotPutItsNodeInARound) {
   auto gone = NewClient();
   Pending<absl::StatusOr<Assignment>> ghost;
-  gone->Join(MakeJoin("ghost", "a", 2, 2), absl::Seconds(60), ghost.Callback());
+  gone->Join(MakeRangeJoin("ghost", "a", 2, 2), absl::Seconds(60), ghost.Callback());
   auto client = NewClient();
   ASSERT_TRUE(WaitForStatus(*client, "ghost",
                             [](const StatusResponse& s) { return s.participants() == 1; }));
@@ -675,9 +674,9 @@ TEST_F(ServiceTest, CancelledJoinDoesNotPutItsNodeInARound) {
   })) << "the server still counts the node whose join was cancelled";
 
   Pending<absl::StatusOr<Assignment>> join_b;
-  client->Join(MakeJoin("ghost", "b", 2, 2), kRpc, join_b.Callback());
+  client->Join(MakeRangeJoin("ghost", "b", 2, 2), kRpc, join_b.Callback());
   auto client_c = NewClient();
-  absl::StatusOr<Assignment> c = Join(*client_c, MakeJoin("ghost", "c", 2, 2));
+  absl::StatusOr<Assignment> c = Join(*client_c, MakeRangeJoin("ghost", "c", 2, 2));
   ASSERT_TRUE(c.ok()) << c.status();
   absl::StatusOr<Assignment> b = join_b.Wait();
   ASSERT_TRUE(b.ok()) << b.status();
@@ -704,7 +703,7 @@ grpc::Status RawJoin(Rendezvous::Stub& stub, const JoinRequest& request, JoinRes
 
 TEST_F(ServiceTest, ServerRefusesAJoinOfAnotherProtocolVersionNamingBoth) {
   std::unique_ptr<Rendezvous::Stub> stub = RawStub(target_);
-  JoinRequest old = MakeJoin("versions", "a", 1, 1);
+  JoinRequest old = MakeRangeJoin("versions", "a", 1, 1);
   old.clear_protocol_version();  // as an agent older than versions sends it
   JoinResponse response;
   grpc::Status status = RawJoin(*stub, old, &response);
@@ -719,7 +718,7 @@ TEST_F(ServiceTest, ServerRefusesAJoinOfAnotherProtocolVersionNamingBoth) {
 TEST_F(ServiceTest, JoinAnswerCarriesTheServersProtocolVersionAndTheNodesSecret) {
   std::unique_ptr<Rendezvous::Stub> stub = RawStub(target_);
   JoinResponse response;
-  grpc::Status status = RawJoin(*stub, MakeJoin("versions", "a", 1, 1), &response);
+  grpc::Status status = RawJoin(*stub, MakeRangeJoin("versions", "a", 1, 1), &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.protocol_version(), kProtocolVersion);
   EXPECT_EQ(response.assignment().node_secret().size(), 32u);
@@ -748,7 +747,7 @@ TEST(ClientProtocolTest, AgentRefusesAnAnswerOfAnotherProtocolVersionNamingBoth)
   ASSERT_GT(port, 0);
   const std::string target = "127.0.0.1:" + std::to_string(port);
   auto client = RendezvousClient::Create(target);
-  absl::StatusOr<Assignment> assignment = client->JoinSync(MakeJoin("old", "a", 1, 1), kRpc);
+  absl::StatusOr<Assignment> assignment = client->JoinSync(MakeRangeJoin("old", "a", 1, 1), kRpc);
   EXPECT_EQ(assignment.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(
       assignment.status().message(),
@@ -837,8 +836,9 @@ TEST_F(PeerBoundsTest, AConnectionHoldsAtMostItsBoundOfPendingJoinsUntilTheyFini
     Pending<absl::Status> done;
   };
   std::vector<std::unique_ptr<Call>> calls;
-  const JoinRequest requests[] = {MakeJoin("bounded", "n0", 3, 3), MakeJoin("bounded", "n1", 3, 3),
-                                  MakeJoin("bounded", "n2", 3, 3)};
+  const JoinRequest requests[] = {MakeRangeJoin("bounded", "n0", 3, 3),
+                                  MakeRangeJoin("bounded", "n1", 3, 3),
+                                  MakeRangeJoin("bounded", "n2", 3, 3)};
   auto other = NewClient();
   for (const JoinRequest& request : requests) {
     if (calls.size() == 2) {  // the first two are in before the third starts
@@ -862,7 +862,7 @@ TEST_F(PeerBoundsTest, AConnectionHoldsAtMostItsBoundOfPendingJoinsUntilTheyFini
 
   // Another connection may join; its join completes the round, which ends
   // the first connection's calls and gives their places back.
-  ASSERT_TRUE(Join(*other, MakeJoin("bounded", "other", 3, 3)).ok());
+  ASSERT_TRUE(Join(*other, MakeRangeJoin("bounded", "other", 3, 3)).ok());
   EXPECT_TRUE(calls[0]->done.Wait().ok());
   EXPECT_TRUE(calls[1]->done.Wait().ok());
   // The places come back as the server finishes the calls: a moment after
@@ -870,7 +870,8 @@ TEST_F(PeerBoundsTest, AConnectionHoldsAtMostItsBoundOfPendingJoinsUntilTheyFini
   int joined = 0;
   for (int i = 0; joined < 2 && i < 500; ++i) {
     JoinResponse response;
-    grpc::Status again = RawJoin(*stub, MakeJoin(absl::StrCat("after-", i), "n0", 1, 1), &response);
+    grpc::Status again =
+        RawJoin(*stub, MakeRangeJoin(absl::StrCat("after-", i), "n0", 1, 1), &response);
     if (again.ok()) {
       ++joined;
     } else {
@@ -885,8 +886,8 @@ TEST_F(PeerBoundsTest, AConnectionHoldsAtMostItsBoundOfOpenWatchesUntilOneEnds) 
   std::unique_ptr<Rendezvous::Stub> stub = RawStub(target_);
   auto client = NewClient();
   Pending<absl::StatusOr<Assignment>> join_a;
-  client->Join(MakeJoin("watched", "a", 2, 2), kRpc, join_a.Callback());
-  absl::StatusOr<Assignment> b = Join(*NewClient(), MakeJoin("watched", "b", 2, 2));
+  client->Join(MakeRangeJoin("watched", "a", 2, 2), kRpc, join_a.Callback());
+  absl::StatusOr<Assignment> b = Join(*NewClient(), MakeRangeJoin("watched", "b", 2, 2));
   absl::StatusOr<Assignment> a = join_a.Wait();
   ASSERT_TRUE(a.ok() && b.ok());
 
@@ -916,7 +917,7 @@ TEST_F(PeerBoundsTest, AConnectionHoldsAtMostItsBoundOfOpenWatchesUntilOneEnds) 
 
 TEST_F(ServiceTest, CallsWithoutTheNodesSecretAreRefusedOverGrpc) {
   auto client = NewClient();
-  absl::StatusOr<Assignment> a = Join(*client, MakeJoin("secret", "a", 1, 1));
+  absl::StatusOr<Assignment> a = Join(*client, MakeRangeJoin("secret", "a", 1, 1));
   ASSERT_TRUE(a.ok());
   HeartbeatRequest beat;
   beat.set_job_id("secret");
@@ -930,7 +931,7 @@ TEST_F(ServiceTest, CallsWithoutTheNodesSecretAreRefusedOverGrpc) {
   WatchLog watch;
   watch.Start(*client, "secret", "a", 0, "guessed");
   EXPECT_EQ(watch.WaitForEnd().code(), absl::StatusCode::kPermissionDenied);
-  JoinRequest impostor = MakeJoin("secret", "a", 1, 1);
+  JoinRequest impostor = MakeRangeJoin("secret", "a", 1, 1);
   absl::StatusOr<Assignment> stolen = Join(*NewClient(), impostor);
   EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(stolen.status().message(), HasSubstr("held by another agent"));

@@ -30,9 +30,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr char kToken[] = "s3cret-token-0123456789abcdef";
-constexpr absl::Duration kRpc = absl::Seconds(5);
-
 StatusRequest StatusOf(const std::string& job) {
   StatusRequest request;
   request.set_job_id(job);
