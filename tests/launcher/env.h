@@ -1,7 +1,7 @@
-#pragma once
-
 // The environment the launcher's tests hand to what reads one (the command
 // line, Slurm's variables, accelerate's config), and its edits.
+#ifndef MUSTER_TESTS_LAUNCHER_ENV_H_
+#define MUSTER_TESTS_LAUNCHER_ENV_H_
 
 #include <map>
 #include <string>
@@ -21,3 +21,5 @@ inline Env Without(Env env, const std::string& name) {
 }
 
 }  // namespace muster
+
+#endif  // MUSTER_TESTS_LAUNCHER_ENV_H_
